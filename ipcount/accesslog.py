@@ -1,0 +1,165 @@
+"""The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests).
+
+The regular expressions are plain Java/Python-compatible syntax, so the Spark job evaluates the very
+same patterns JVM-side (`regexp_extract`) that the Python parser uses here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+
+__all__ = [
+    "LINE_PATTERN",
+    "IPV4_PATTERN",
+    "IPV6_PATTERN",
+    "IP_PATTERN",
+    "TIME_FORMAT_SPARK",
+    "GROUP_IP",
+    "GROUP_TIME",
+    "AccessRecord",
+    "format_record",
+    "format_time_local",
+    "parse_record",
+    "parse_time_local",
+    "ParseError",
+]
+
+# $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"
+LINE_PATTERN = (
+    r'^(\S+) \S+ (\S+) \[([^\]]+)\] "((?:[^"\\]|\\.)*)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"$'
+)
+GROUP_IP = 1
+GROUP_TIME = 3
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
+_H = r"[0-9a-fA-F]{1,4}"
+IPV6_PATTERN = (
+    r"(?:"
+    rf"(?:{_H}:){{7}}{_H}"
+    rf"|(?:{_H}:){{1,7}}:"
+    rf"|(?:{_H}:){{1,6}}:{_H}"
+    rf"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}"
+    rf"|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+    rf"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}"
+    rf"|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    rf"|{_H}:(?::{_H}){{1,6}}"
+    rf"|:(?:(?::{_H}){{1,7}}|:)"
+    rf"|(?:{_H}:){{6}}{IPV4_PATTERN}"
+    rf"|::(?:ffff(?::0{{1,4}})?:)?{IPV4_PATTERN}"
+    r")"
+)
+IP_PATTERN = rf"^(?:{IPV4_PATTERN}|{IPV6_PATTERN})$"
+
+# Spark (java.time) pattern for $time_local, e.g. 22/Nov/2026:09:57:08 +0000.
+TIME_FORMAT_SPARK = "dd/MMM/yyyy:HH:mm:ss Z"
+_TIME_FORMAT_PY = "%d/%b/%Y:%H:%M:%S %z"
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+_LINE_RE = re.compile(LINE_PATTERN)
+_IP_RE = re.compile(IP_PATTERN)
+
+
+class ParseError(ValueError):
+    """A line is not a valid nginx combined-format record (the reason says which part)."""
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    """One parsed access record."""
+
+    ip: str
+    event_time: datetime
+    request: str
+    status: int
+    body_bytes: int
+    referer: str
+    user_agent: str
+    user: str = "-"
+
+    @property
+    def event_ms(self) -> int:
+        return int(self.event_time.timestamp() * 1000)
+
+
+def _escape(value: str) -> str:
+    # nginx escapes '"' and '\' (and non-printables) inside quoted fields.
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    return "".join(ch if 32 <= ord(ch) < 127 or ord(ch) > 159 else f"\\x{ord(ch):02X}" for ch in out)
+
+
+def format_time_local(event_ms: int, utc_offset_minutes: int = 0) -> str:
+    """Render epoch milliseconds as $time_local in the given zone (second precision, like nginx)."""
+    tz = timezone(timedelta(minutes=utc_offset_minutes))
+    t = datetime.fromtimestamp(event_ms // 1000, tz)
+    sign = "+" if utc_offset_minutes >= 0 else "-"
+    off = abs(utc_offset_minutes)
+    return (
+        f"{t.day:02d}/{_MONTHS[t.month - 1]}/{t.year:04d}:{t.hour:02d}:{t.minute:02d}:{t.second:02d} "
+        f"{sign}{off // 60:02d}{off % 60:02d}"
+    )
+
+
+def format_record(
+    ip: str,
+    event_ms: int,
+    *,
+    method: str = "GET",
+    path: str = "/",
+    protocol: str = "HTTP/1.1",
+    status: int = 200,
+    body_bytes: int = 0,
+    referer: str = "-",
+    user_agent: str = "-",
+    user: str = "-",
+    utc_offset_minutes: int = 0,
+) -> str:
+    """Format one nginx combined-format line (no trailing newline)."""
+    request = _escape(f"{method} {path} {protocol}")
+    return (
+        f"{ip} - {user} [{format_time_local(event_ms, utc_offset_minutes)}] "
+        f'"{request}" {status} {body_bytes} "{_escape(referer)}" "{_escape(user_agent)}"'
+    )
+
+
+def parse_time_local(text: str) -> datetime:
+    """Parse $time_local (with its zone offset) to an aware datetime in UTC.
+
+    Raises:
+        ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm.
+    """
+    try:
+        return datetime.strptime(text, _TIME_FORMAT_PY).astimezone(UTC)
+    except ValueError as exc:
+        raise ParseError(f"bad time_local {text!r}: {exc}") from None
+
+
+def parse_record(line: str | bytes) -> AccessRecord:
+    """Parse one line with the same rules as the Spark job.
+
+    Raises:
+        ParseError: not UTF-8, not the combined format, a bad IP or a bad timestamp.
+    """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"not UTF-8: {exc}") from None
+    m = _LINE_RE.match(line)
+    if m is None:
+        raise ParseError("not an nginx combined-format line")
+    ip = m.group(GROUP_IP)
+    if not _IP_RE.match(ip):
+        raise ParseError(f"bad client IP {ip!r}")
+    return AccessRecord(
+        ip=ip.lower(),
+        event_time=parse_time_local(m.group(GROUP_TIME)),
+        request=m.group(4),
+        status=int(m.group(5)),
+        body_bytes=0 if m.group(6) == "-" else int(m.group(6)),
+        referer=m.group(7),
+        user_agent=m.group(8),
+        user=m.group(2),
+    )

@@ -1,0 +1,71 @@
+"""The `ipcount` command line: loads settings once, then runs one subcommand from ipcount.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+import ipcount.commands
+from ipcount import __version__
+from ipcount import logging as ipcount_logging
+from ipcount.config import load_settings
+from ipcount.errors import IpcountError
+
+__all__ = ["main", "build_parser"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command module's subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="ipcount",
+        description="Exactly-once per-IP request counts in event-time windows, Kafka to Kafka on Spark.",
+    )
+    parser.add_argument("--version", action="version", version=f"ipcount {__version__}")
+    parser.add_argument(
+        "-c",
+        "--config",
+        help="settings file (default: env IPCOUNT_CONFIG, else ./conf/ipcount.toml, else built-in defaults)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one setting, e.g. --set job.window_seconds=10 "
+        "--set kafka.client.security.protocol=SASL_SSL (repeatable)",
+    )
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = []
+    for info in pkgutil.iter_modules(ipcount.commands.__path__):
+        if not info.name.startswith("_"):
+            modules.append(importlib.import_module(f"ipcount.commands.{info.name}"))
+    for module in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status (errors print one line, no stack trace)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ipcount_logging.configure(args.log_level)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        settings = load_settings(args.config, overrides=args.overrides)
+        return int(args.func(args, settings) or 0)
+    except IpcountError as exc:
+        print(f"ipcount {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"ipcount {args.command}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,439 @@
+"""Typed, validated settings: conf/ipcount.toml, then IPCOUNT_* env overrides, then CLI --set overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ipcount.errors import ConfigError
+
+__all__ = [
+    "KafkaSettings",
+    "TopicSettings",
+    "JobSettings",
+    "SinkSettings",
+    "BrokerSettings",
+    "SparkSettings",
+    "Settings",
+    "default_config_path",
+    "load_settings",
+    "redact",
+]
+
+ENV_PREFIX = "IPCOUNT_"
+# Keys whose values never appear in repr or logs.
+_SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.pem", "credentials")
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of a librdkafka-style dict with secret values replaced by '***'."""
+    return {
+        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in conf.items()
+    }
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where Kafka is and how every client talks to it (`kafka.*` passthrough tables)."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    # librdkafka settings for every client (SASL/TLS go here), then per role.
+    client: dict[str, str] = field(default_factory=dict)
+    consumer: dict[str, str] = field(default_factory=dict)
+    producer: dict[str, str] = field(default_factory=dict)
+    admin: dict[str, str] = field(default_factory=dict)
+    # How long a CLI waits for the broker to answer before giving up.
+    connect_timeout_seconds: float = 10.0
+
+    def to_librdkafka(self, role: str = "client") -> dict[str, str]:
+        """Build the dotted-key dict for one client role: 'consumer', 'producer', 'admin' or 'client'."""
+        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.client)
+        if role in ("consumer", "producer", "admin"):
+            conf.update(getattr(self, role))
+        elif role != "client":
+            raise ValueError(f"unknown Kafka client role {role!r}")
+        return conf
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"client={redact(self.client)!r}, consumer={redact(self.consumer)!r}, "
+            f"producer={redact(self.producer)!r}, admin={redact(self.admin)!r})"
+        )
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Topic names and how `ipcount topics create` makes them."""
+
+    source: str = "ip_count_source"
+    sink: str = "ip_count_sink"
+    progress: str = "ip_count_sink_progress"
+    late: str = "ip_count_late"
+    dead_letter: str = "ip_count_dead_letter"
+    source_partitions: int = 3
+    sink_partitions: int = 3
+    replication_factor: int = 1
+    # -1 keeps records forever, so historical event times (backfills, benchmarks) survive.
+    source_retention_ms: int = -1
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The streaming job: windows, watermark, idleness, triggers and bad-record handling."""
+
+    window_seconds: float = 5.0
+    watermark_delay_seconds: float = 5.0
+    idle_timeout_seconds: float = 2.0
+    trigger_interval_seconds: float = 1.0
+    checkpoint_location: str = ".ipcount/checkpoints/ipcount"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 500_000
+    min_partitions: int = 0
+    fail_on_data_loss: bool = True
+    # Records longer than this are malformed (dead-lettered), never parsed.
+    max_record_bytes: int = 8192
+    # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """The transactional Avro sink."""
+
+    # Must not exceed the broker's transaction.max.timeout.ms (checked at start-up).
+    transaction_timeout_ms: int = 60_000
+    # 'single-object' (Avro single-object encoding) or 'confluent' (needs schema_registry_url).
+    wire_format: str = "single-object"
+    schema_registry_url: str = ""
+    # How long a retriable Kafka error is retried before the batch fails.
+    retry_deadline_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The local noida-db broker that `ipcount broker` runs for development and the demo."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    data_dir: str = ".ipcount/broker"
+    start_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The Spark session: master, parallelism, state store, and free-form `spark.*` settings."""
+
+    master: str = "local[*]"
+    app_name: str = "ipcount"
+    # Fixed in the checkpoint at first start; 200 (Spark's default) is 3-4x slower here.
+    shuffle_partitions: int = 4
+    # 'rocksdb' or 'hdfs' (Spark's default in-memory/HDFS-backed provider).
+    state_store: str = "rocksdb"
+    driver_memory: str = "2g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All of ipcount's settings."""
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    topics: TopicSettings = field(default_factory=TopicSettings)
+    job: JobSettings = field(default_factory=JobSettings)
+    sink: SinkSettings = field(default_factory=SinkSettings)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    # Where the settings came from, for messages ("defaults" when no file was read).
+    source_path: str = "defaults"
+
+    def replace(self, section: str, **changes: Any) -> Settings:
+        """Return a copy with fields of one section changed (validated again)."""
+        new = dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
+        _validate(new)
+        return new
+
+
+_SECTIONS: dict[str, type] = {
+    "kafka": KafkaSettings,
+    "topics": TopicSettings,
+    "job": JobSettings,
+    "sink": SinkSettings,
+    "broker": BrokerSettings,
+    "spark": SparkSettings,
+}
+# Free-form tables of dotted client/Spark keys: section -> table names.
+_PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": ("conf",)}
+
+
+def default_config_path() -> Path | None:
+    """The config file used when none is named: env IPCOUNT_CONFIG, else ./conf/ipcount.toml if present."""
+    env = os.environ.get("IPCOUNT_CONFIG")
+    if env:
+        return Path(env)
+    local = Path("conf/ipcount.toml")
+    return local if local.is_file() else None
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Iterable[str] = (),
+    use_default_path: bool = True,
+) -> Settings:
+    """Load, override and validate the settings.
+
+    Args:
+        path: a TOML file; None uses `default_config_path()` (or pure defaults).
+        env: the environment to read IPCOUNT_* overrides from (default: os.environ).
+        overrides: CLI overrides, each 'section.key=value' (e.g. 'job.window_seconds=10',
+            'kafka.client.security.protocol=SASL_SSL').
+        use_default_path: when path is None, look for the default file.
+
+    Returns:
+        A validated, frozen Settings.
+
+    Raises:
+        ConfigError: naming the file, env var or override and the setting to fix.
+    """
+    raw: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
+    origin: dict[tuple[str, ...], str] = {}
+    chosen = Path(path) if path is not None else (default_config_path() if use_default_path else None)
+    source_path = "defaults"
+    if chosen is not None:
+        source_path = str(chosen)
+        try:
+            data = tomllib.loads(chosen.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {chosen} does not exist (set --config or IPCOUNT_CONFIG)") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {chosen} is not valid TOML: {exc}") from None
+        for section, table in data.items():
+            if section not in _SECTIONS:
+                raise ConfigError(
+                    f"unknown section [{section}] in {chosen}{_suggest(section, _SECTIONS)}"
+                )
+            if not isinstance(table, dict):
+                raise ConfigError(f"[{section}] in {chosen} must be a table")
+            for key, value in table.items():
+                _put(raw, origin, section, key, value, f"{chosen} [{section}]", from_text=False)
+
+    environ = os.environ if env is None else env
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name in ("IPCOUNT_CONFIG", "IPCOUNT_LOG_LEVEL"):
+            continue
+        if name.startswith("IPCOUNT_TEST_"):
+            continue
+        section, key = _parse_env_name(name)
+        _put(raw, origin, section, key, value, f"env {name}", from_text=True)
+
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        dotted, value = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) < 2 or parts[0] not in _SECTIONS:
+            raise ConfigError(
+                f"override {item!r}: the name must start with a section "
+                f"({', '.join(_SECTIONS)}), e.g. job.window_seconds=10"
+            )
+        section, rest = parts[0], parts[1:]
+        if section in _PASSTHROUGH and rest[0] in _PASSTHROUGH[section] and len(rest) > 1:
+            _put(raw, origin, section, rest[0], {".".join(rest[1:]): value}, f"override {dotted}", from_text=True)
+        else:
+            _put(raw, origin, section, ".".join(rest), value, f"override {dotted}", from_text=True)
+
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        sections[name] = _build(cls, name, raw[name], origin)
+    settings = Settings(**sections, source_path=source_path)
+    _validate(settings, origin)
+    return settings
+
+
+def _parse_env_name(name: str) -> tuple[str, str]:
+    """IPCOUNT_KAFKA_BOOTSTRAP_SERVERS -> (kafka, bootstrap_servers);
+    IPCOUNT_KAFKA_CLIENT__SASL_PASSWORD -> (kafka, client.sasl.password)."""
+    rest = name[len(ENV_PREFIX) :].lower()
+    for section in sorted(_SECTIONS, key=len, reverse=True):
+        if rest.startswith(section + "_"):
+            key = rest[len(section) :].lstrip("_")
+            for table in _PASSTHROUGH.get(section, ()):
+                if key.startswith(table + "__"):
+                    return section, f"{table}.{key[len(table) + 2 :].replace('_', '.')}"
+            return section, key
+    raise ConfigError(
+        f"env {name} does not name a section: use IPCOUNT_<SECTION>_<KEY> with a section of "
+        f"{', '.join(s.upper() for s in _SECTIONS)} (e.g. IPCOUNT_KAFKA_BOOTSTRAP_SERVERS)"
+    )
+
+
+def _put(
+    raw: dict[str, dict[str, Any]],
+    origin: dict[tuple[str, ...], str],
+    section: str,
+    key: str,
+    value: Any,
+    where: str,
+    *,
+    from_text: bool,
+) -> None:
+    tables = _PASSTHROUGH.get(section, ())
+    table, _, subkey = key.partition(".")
+    if table in tables and subkey:
+        value = {subkey: value}
+        key = table
+    if key in tables:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {section}.{key} must be a table of settings, got {value!r}")
+        merged = dict(raw[section].get(key, {}))
+        for sub, subval in value.items():
+            if isinstance(subval, dict):
+                raise ConfigError(
+                    f"{where}: {section}.{key}.{sub} must be a plain value; quote dotted keys, "
+                    f'e.g. "security.protocol" = "SASL_SSL"'
+                )
+            merged[str(sub)] = _as_client_value(subval)
+            origin[(section, key, str(sub))] = where
+        raw[section][key] = merged
+        return
+    raw[section][key] = (value, from_text)
+    origin[(section, key)] = where
+
+
+def _as_client_value(value: Any) -> str:
+    # librdkafka and Spark take every setting as a string.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _build(cls: type, section: str, values: dict[str, Any], origin: dict[tuple[str, ...], str]) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, item in values.items():
+        if key not in known:
+            where = origin.get((section, key), "config")
+            raise ConfigError(f"{where}: unknown setting {section}.{key}{_suggest(key, known, section)}")
+        if key in _PASSTHROUGH.get(section, ()):
+            kwargs[key] = item
+            continue
+        value, from_text = item
+        kwargs[key] = _coerce(value, known[key], f"{section}.{key}", origin.get((section, key), "config"), from_text)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, spec: dataclasses.Field[Any], name: str, where: str, from_text: bool) -> Any:
+    default = spec.default
+    kind = type(default)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if from_text and isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.strip().lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if from_text and isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: {name} must be a whole number, got {value!r}")
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if from_text and isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: {name} must be a number, got {value!r}")
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
+    raise ConfigError(f"{where}: {name} has unsupported type")  # pragma: no cover
+
+
+def _suggest(word: str, choices: Iterable[str], section: str | None = None) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    if not close:
+        return ""
+    return f" (did you mean {section + '.' if section else ''}{close[0]}?)"
+
+
+def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -> None:
+    origin = origin or {}
+
+    def fail(section: str, key: str, why: str) -> None:
+        where = origin.get((section, key))
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}{section}.{key} {why}")
+
+    if not s.kafka.bootstrap_servers.strip():
+        fail("kafka", "bootstrap_servers", "must name at least one host:port")
+    for entry in s.kafka.bootstrap_servers.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit():
+            fail("kafka", "bootstrap_servers", f"must be host:port[,host:port...], got {s.kafka.bootstrap_servers!r}")
+    if s.kafka.connect_timeout_seconds <= 0:
+        fail("kafka", "connect_timeout_seconds", "must be positive")
+    for key in ("source", "sink", "progress", "late", "dead_letter"):
+        name = getattr(s.topics, key)
+        if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
+            fail("topics", key, f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}")
+    names = [s.topics.source, s.topics.sink, s.topics.progress, s.topics.late, s.topics.dead_letter]
+    if len(set(names)) != len(names):
+        fail("topics", "source", f"and the other topic names must all differ, got {names}")
+    for key in ("source_partitions", "sink_partitions", "replication_factor"):
+        if getattr(s.topics, key) < 1:
+            fail("topics", key, "must be at least 1")
+    if s.topics.source_retention_ms < -1 or s.topics.source_retention_ms == 0:
+        fail("topics", "source_retention_ms", "must be -1 (forever) or a positive number of ms")
+    if s.job.window_seconds <= 0:
+        fail("job", "window_seconds", f"must be positive, got {s.job.window_seconds}")
+    if (s.job.window_seconds * 1000) % 1:
+        fail("job", "window_seconds", "must be a whole number of milliseconds")
+    if s.job.watermark_delay_seconds < 0:
+        fail("job", "watermark_delay_seconds", f"must be zero or positive, got {s.job.watermark_delay_seconds}")
+    if s.job.idle_timeout_seconds <= 0:
+        fail("job", "idle_timeout_seconds", "must be positive")
+    if s.job.trigger_interval_seconds < 0:
+        fail("job", "trigger_interval_seconds", "must be zero (as fast as possible) or positive")
+    if not s.job.checkpoint_location.strip():
+        fail("job", "checkpoint_location", "must name a directory (local path, hdfs://, s3a://)")
+    so = s.job.starting_offsets.strip()
+    if so not in ("earliest", "latest") and not so.startswith("{"):
+        fail("job", "starting_offsets", f"must be 'earliest', 'latest' or a JSON object, got {so!r}")
+    if s.job.max_offsets_per_trigger < 1:
+        fail("job", "max_offsets_per_trigger", "must be at least 1")
+    if s.job.min_partitions < 0:
+        fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
+    if s.job.max_record_bytes < 64:
+        fail("job", "max_record_bytes", "must be at least 64")
+    if s.sink.transaction_timeout_ms < 1000:
+        fail("sink", "transaction_timeout_ms", f"must be at least 1000, got {s.sink.transaction_timeout_ms}")
+    if s.sink.wire_format not in ("single-object", "confluent"):
+        fail("sink", "wire_format", f"must be 'single-object' or 'confluent', got {s.sink.wire_format!r}")
+    if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
+        fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")
+    if s.sink.retry_deadline_seconds <= 0:
+        fail("sink", "retry_deadline_seconds", "must be positive")
+    if not 0 < s.broker.port < 65536:
+        fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
+    if s.broker.start_timeout_seconds <= 0:
+        fail("broker", "start_timeout_seconds", "must be positive")
+    if s.spark.shuffle_partitions < 1:
+        fail("spark", "shuffle_partitions", "must be at least 1")
+    if s.spark.state_store not in ("rocksdb", "hdfs"):
+        fail("spark", "state_store", f"must be 'rocksdb' or 'hdfs', got {s.spark.state_store!r}")

@@ -1,0 +1,106 @@
+"""Shared fixtures: a session-wide local broker (or IPCOUNT_TEST_BOOTSTRAP), settings and topic factories."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ipcount.broker import LocalBroker, free_port
+from ipcount.config import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Directory decides the layer: integration tests need Kafka; e2e tests run Spark too.
+    for item in items:
+        path = str(item.fspath)
+        if f"{os.sep}integration{os.sep}" in path:
+            item.add_marker(pytest.mark.kafka)
+        elif f"{os.sep}e2e{os.sep}" in path:
+            item.add_marker(pytest.mark.kafka)
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _python_for_spark_workers() -> None:
+    # Spark's Python workers must run this interpreter (with ipcount installed), not system python3.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of the test broker: IPCOUNT_TEST_BOOTSTRAP, else a noida-db started here."""
+    external = os.environ.get("IPCOUNT_TEST_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    broker = LocalBroker(tmp_path_factory.mktemp("broker"), "127.0.0.1", free_port())
+    broker.start(timeout=30)
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def unique(prefix: str) -> str:
+    """A topic/group/id name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_settings(bootstrap: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings pointed at the test broker, with fresh topic names and a tmp checkpoint.
+
+    Extra 'section.key=value' overrides may be passed.
+    """
+
+    def _make(*overrides: str) -> Settings:
+        tag = uuid.uuid4().hex[:8]
+        base = [
+            f"kafka.bootstrap_servers={bootstrap}",
+            f"topics.source=src-{tag}",
+            f"topics.sink=sink-{tag}",
+            f"topics.progress=progress-{tag}",
+            f"topics.late=late-{tag}",
+            f"topics.dead_letter=dlq-{tag}",
+            f"job.checkpoint_location={tmp_path / ('ckpt-' + tag)}",
+            f"broker.data_dir={tmp_path / 'unused-broker'}",
+        ]
+        return load_settings(
+            ROOT / "conf" / "ipcount.toml", env={}, overrides=[*base, *overrides]
+        )
+
+    return _make
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    """Settings for one test with its own topics (not yet created)."""
+    return make_settings()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One local[2] SparkSession for the test session, with ipcount's data sources registered."""
+    from ipcount.spark import build_session
+
+    settings = load_settings(ROOT / "conf" / "ipcount.toml", env={}, overrides=["spark.master=local[2]"])
+    session = build_session(
+        settings,
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        },
+    )
+    try:
+        yield session
+    finally:
+        session.stop()

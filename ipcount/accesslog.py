@@ -27,9 +27,7 @@ __all__ = [
 ]
 
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"
-LINE_PATTERN = (
-    r'^(\S+) \S+ (\S+) \[([^\]]+)\] "((?:[^"\\]|\\.)*)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"$'
-)
+LINE_PATTERN = r'^(\S+) \S+ (\S+) \[([^\]]+)\] "((?:[^"\\]|\\.)*)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"$'
 GROUP_IP = 1
 GROUP_TIME = 3
 
@@ -87,7 +85,9 @@ class AccessRecord:
 def _escape(value: str) -> str:
     # nginx escapes '"' and '\' (and non-printables) inside quoted fields.
     out = value.replace("\\", "\\\\").replace('"', '\\"')
-    return "".join(ch if 32 <= ord(ch) < 127 or ord(ch) > 159 else f"\\x{ord(ch):02X}" for ch in out)
+    return "".join(
+        ch if 32 <= ord(ch) < 127 or ord(ch) > 159 else f"\\x{ord(ch):02X}" for ch in out
+    )
 
 
 def format_time_local(event_ms: int, utc_offset_minutes: int = 0) -> str:

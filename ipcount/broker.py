@@ -152,7 +152,11 @@ class LocalBroker:
         try:
             # Own session: a Ctrl-C in the terminal that started it does not stop the broker.
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
         finally:
             log.close()
@@ -160,7 +164,9 @@ class LocalBroker:
         self.state_file.write_text(
             json.dumps({"pid": proc.pid, "host": self.host, "port": self.port}), encoding="utf-8"
         )
-        logger.info("started noida-db pid %d on %s (data dir %s)", proc.pid, self.bootstrap, self.data_dir)
+        logger.info(
+            "started noida-db pid %d on %s (data dir %s)", proc.pid, self.bootstrap, self.data_dir
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -175,7 +181,9 @@ class LocalBroker:
             except BrokerError:
                 continue
         self.stop()
-        raise BrokerError(f"noida-db did not answer on {self.bootstrap} within {timeout:g}s; see {self.log_file}")
+        raise BrokerError(
+            f"noida-db did not answer on {self.bootstrap} within {timeout:g}s; see {self.log_file}"
+        )
 
     def stop(self, timeout: float = 15.0) -> bool:
         """Stop the recorded broker by PID (SIGTERM, then SIGKILL). Returns False if none was running."""

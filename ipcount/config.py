@@ -156,7 +156,9 @@ class Settings:
 
     def replace(self, section: str, **changes: Any) -> Settings:
         """Return a copy with fields of one section changed (validated again)."""
-        new = dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
+        new = dataclasses.replace(
+            self, **{section: dataclasses.replace(getattr(self, section), **changes)}
+        )
         _validate(new)
         return new
 
@@ -206,14 +208,18 @@ def load_settings(
     """
     raw: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS}
     origin: dict[tuple[str, ...], str] = {}
-    chosen = Path(path) if path is not None else (default_config_path() if use_default_path else None)
+    chosen = (
+        Path(path) if path is not None else (default_config_path() if use_default_path else None)
+    )
     source_path = "defaults"
     if chosen is not None:
         source_path = str(chosen)
         try:
             data = tomllib.loads(chosen.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(f"config file {chosen} does not exist (set --config or IPCOUNT_CONFIG)") from None
+            raise ConfigError(
+                f"config file {chosen} does not exist (set --config or IPCOUNT_CONFIG)"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {chosen} is not valid TOML: {exc}") from None
         for section, table in data.items():
@@ -247,7 +253,15 @@ def load_settings(
             )
         section, rest = parts[0], parts[1:]
         if section in _PASSTHROUGH and rest[0] in _PASSTHROUGH[section] and len(rest) > 1:
-            _put(raw, origin, section, rest[0], {".".join(rest[1:]): value}, f"override {dotted}", from_text=True)
+            _put(
+                raw,
+                origin,
+                section,
+                rest[0],
+                {".".join(rest[1:]): value},
+                f"override {dotted}",
+                from_text=True,
+            )
         else:
             _put(raw, origin, section, ".".join(rest), value, f"override {dotted}", from_text=True)
 
@@ -293,7 +307,9 @@ def _put(
         key = table
     if key in tables:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {section}.{key} must be a table of settings, got {value!r}")
+            raise ConfigError(
+                f"{where}: {section}.{key} must be a table of settings, got {value!r}"
+            )
         merged = dict(raw[section].get(key, {}))
         for sub, subval in value.items():
             if isinstance(subval, dict):
@@ -316,28 +332,40 @@ def _as_client_value(value: Any) -> str:
     return str(value)
 
 
-def _build(cls: type, section: str, values: dict[str, Any], origin: dict[tuple[str, ...], str]) -> Any:
+def _build(
+    cls: type, section: str, values: dict[str, Any], origin: dict[tuple[str, ...], str]
+) -> Any:
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, item in values.items():
         if key not in known:
             where = origin.get((section, key), "config")
-            raise ConfigError(f"{where}: unknown setting {section}.{key}{_suggest(key, known, section)}")
+            raise ConfigError(
+                f"{where}: unknown setting {section}.{key}{_suggest(key, known, section)}"
+            )
         if key in _PASSTHROUGH.get(section, ()):
             kwargs[key] = item
             continue
         value, from_text = item
-        kwargs[key] = _coerce(value, known[key], f"{section}.{key}", origin.get((section, key), "config"), from_text)
+        kwargs[key] = _coerce(
+            value, known[key], f"{section}.{key}", origin.get((section, key), "config"), from_text
+        )
     return cls(**kwargs)
 
 
-def _coerce(value: Any, spec: dataclasses.Field[Any], name: str, where: str, from_text: bool) -> Any:
+def _coerce(
+    value: Any, spec: dataclasses.Field[Any], name: str, where: str, from_text: bool
+) -> Any:
     default = spec.default
     kind = type(default)
     if kind is bool:
         if isinstance(value, bool):
             return value
-        if from_text and isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        if (
+            from_text
+            and isinstance(value, str)
+            and value.strip().lower() in ("true", "false", "1", "0", "yes", "no")
+        ):
             return value.strip().lower() in ("true", "1", "yes")
         raise ConfigError(f"{where}: {name} must be true or false, got {value!r}")
     if kind is int:
@@ -385,13 +413,21 @@ def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) 
     for entry in s.kafka.bootstrap_servers.split(","):
         host, _, port = entry.strip().rpartition(":")
         if not host or not port.isdigit():
-            fail("kafka", "bootstrap_servers", f"must be host:port[,host:port...], got {s.kafka.bootstrap_servers!r}")
+            fail(
+                "kafka",
+                "bootstrap_servers",
+                f"must be host:port[,host:port...], got {s.kafka.bootstrap_servers!r}",
+            )
     if s.kafka.connect_timeout_seconds <= 0:
         fail("kafka", "connect_timeout_seconds", "must be positive")
     for key in ("source", "sink", "progress", "late", "dead_letter"):
         name = getattr(s.topics, key)
         if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
-            fail("topics", key, f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}")
+            fail(
+                "topics",
+                key,
+                f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}",
+            )
     names = [s.topics.source, s.topics.sink, s.topics.progress, s.topics.late, s.topics.dead_letter]
     if len(set(names)) != len(names):
         fail("topics", "source", f"and the other topic names must all differ, got {names}")
@@ -405,7 +441,11 @@ def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) 
     if (s.job.window_seconds * 1000) % 1:
         fail("job", "window_seconds", "must be a whole number of milliseconds")
     if s.job.watermark_delay_seconds < 0:
-        fail("job", "watermark_delay_seconds", f"must be zero or positive, got {s.job.watermark_delay_seconds}")
+        fail(
+            "job",
+            "watermark_delay_seconds",
+            f"must be zero or positive, got {s.job.watermark_delay_seconds}",
+        )
     if s.job.idle_timeout_seconds <= 0:
         fail("job", "idle_timeout_seconds", "must be positive")
     if s.job.trigger_interval_seconds < 0:
@@ -414,7 +454,9 @@ def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) 
         fail("job", "checkpoint_location", "must name a directory (local path, hdfs://, s3a://)")
     so = s.job.starting_offsets.strip()
     if so not in ("earliest", "latest") and not so.startswith("{"):
-        fail("job", "starting_offsets", f"must be 'earliest', 'latest' or a JSON object, got {so!r}")
+        fail(
+            "job", "starting_offsets", f"must be 'earliest', 'latest' or a JSON object, got {so!r}"
+        )
     if s.job.max_offsets_per_trigger < 1:
         fail("job", "max_offsets_per_trigger", "must be at least 1")
     if s.job.min_partitions < 0:
@@ -422,9 +464,17 @@ def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) 
     if s.job.max_record_bytes < 64:
         fail("job", "max_record_bytes", "must be at least 64")
     if s.sink.transaction_timeout_ms < 1000:
-        fail("sink", "transaction_timeout_ms", f"must be at least 1000, got {s.sink.transaction_timeout_ms}")
+        fail(
+            "sink",
+            "transaction_timeout_ms",
+            f"must be at least 1000, got {s.sink.transaction_timeout_ms}",
+        )
     if s.sink.wire_format not in ("single-object", "confluent"):
-        fail("sink", "wire_format", f"must be 'single-object' or 'confluent', got {s.sink.wire_format!r}")
+        fail(
+            "sink",
+            "wire_format",
+            f"must be 'single-object' or 'confluent', got {s.sink.wire_format!r}",
+        )
     if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
         fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")
     if s.sink.retry_deadline_seconds <= 0:

@@ -72,7 +72,9 @@ class _DebugLogger:
         self._log.debug(msg, *args)
 
 
-def with_client_logging(conf: Mapping[str, Any], name: str = "ipcount.librdkafka") -> dict[str, Any]:
+def with_client_logging(
+    conf: Mapping[str, Any], name: str = "ipcount.librdkafka"
+) -> dict[str, Any]:
     """Copy a client config, adding an error_cb and a logger so librdkafka never writes to stderr."""
     full: dict[str, Any] = {"error_cb": error_cb_logger(name), "logger": _DebugLogger(name)}
     full.update(conf)
@@ -125,11 +127,15 @@ def broker_max_transaction_timeout_ms(conf: Mapping[str, str], timeout: float = 
             if entry is not None and entry.value not in (None, ""):
                 return int(entry.value)
     except (KafkaException, ValueError) as exc:
-        logger.debug("DescribeConfigs on broker %s failed: %s", broker_id, describe_kafka_error(exc))
+        logger.debug(
+            "DescribeConfigs on broker %s failed: %s", broker_id, describe_kafka_error(exc)
+        )
     return None
 
 
-def check_transaction_timeout(producer_conf: Mapping[str, str], timeout_ms: int, timeout: float = 10.0) -> None:
+def check_transaction_timeout(
+    producer_conf: Mapping[str, str], timeout_ms: int, timeout: float = 10.0
+) -> None:
     """Fail fast if `timeout_ms` exceeds the broker's transaction.max.timeout.ms.
 
     The broker's value is read with DescribeConfigs. Brokers that do not report it (noida-db) are
@@ -152,4 +158,3 @@ def transaction_timeout_error(timeout_ms: int, maximum: int | None) -> ConfigErr
         f"transaction.max.timeout.ms ({limit}). Lower sink.transaction_timeout_ms "
         "(env IPCOUNT_SINK_TRANSACTION_TIMEOUT_MS) or raise transaction.max.timeout.ms on the brokers."
     )
-

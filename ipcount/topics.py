@@ -31,12 +31,19 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     """The topics the configured pipeline uses."""
     t = settings.topics
     return [
-        TopicSpec(t.source, "source", t.source_partitions, {"retention.ms": str(t.source_retention_ms)}),
+        TopicSpec(
+            t.source, "source", t.source_partitions, {"retention.ms": str(t.source_retention_ms)}
+        ),
         TopicSpec(t.sink, "sink", t.sink_partitions, {}),
         # One compacted partition: the latest committed batch per query id.
         TopicSpec(t.progress, "progress", 1, {"cleanup.policy": "compact"}),
         TopicSpec(t.late, "late", t.sink_partitions, {}),
-        TopicSpec(t.dead_letter, "dead-letter", t.sink_partitions, {"retention.ms": str(t.source_retention_ms)}),
+        TopicSpec(
+            t.dead_letter,
+            "dead-letter",
+            t.sink_partitions,
+            {"retention.ms": str(t.source_retention_ms)},
+        ),
     ]
 
 
@@ -96,5 +103,7 @@ def ensure_topics(settings: Settings) -> dict[str, str]:
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 result[name] = "exists"
                 continue
-            raise BrokerError(f"could not create topic {name}: {describe_kafka_error(exc)}") from exc
+            raise BrokerError(
+                f"could not create topic {name}: {describe_kafka_error(exc)}"
+            ) from exc
     return {spec.name: result[spec.name] for spec in specs}

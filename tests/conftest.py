@@ -74,9 +74,7 @@ def make_settings(bootstrap: str, tmp_path: Path) -> Callable[..., Settings]:
             f"job.checkpoint_location={tmp_path / ('ckpt-' + tag)}",
             f"broker.data_dir={tmp_path / 'unused-broker'}",
         ]
-        return load_settings(
-            ROOT / "conf" / "ipcount.toml", env={}, overrides=[*base, *overrides]
-        )
+        return load_settings(ROOT / "conf" / "ipcount.toml", env={}, overrides=[*base, *overrides])
 
     return _make
 
@@ -92,7 +90,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One local[2] SparkSession for the test session, with ipcount's data sources registered."""
     from ipcount.spark import build_session
 
-    settings = load_settings(ROOT / "conf" / "ipcount.toml", env={}, overrides=["spark.master=local[2]"])
+    settings = load_settings(
+        ROOT / "conf" / "ipcount.toml", env={}, overrides=["spark.master=local[2]"]
+    )
     session = build_session(
         settings,
         {

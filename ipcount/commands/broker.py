@@ -32,7 +32,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     broker = _broker(settings)
     if args.action == "start":
         pid = broker.start(timeout=settings.broker.start_timeout_seconds)
-        print(f"broker running: pid {pid}, bootstrap {broker.bootstrap}, data dir {broker.data_dir}")
+        print(
+            f"broker running: pid {pid}, bootstrap {broker.bootstrap}, data dir {broker.data_dir}"
+        )
         if settings.kafka.bootstrap_servers != broker.bootstrap:
             print(
                 f"note: kafka.bootstrap_servers is {settings.kafka.bootstrap_servers}; "
@@ -47,7 +49,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     status = broker.status()
     if status.running:
-        print(f"running: pid {status.pid}, bootstrap {status.bootstrap}, data dir {status.data_dir}")
+        print(
+            f"running: pid {status.pid}, bootstrap {status.bootstrap}, data dir {status.data_dir}"
+        )
         return 0
     print(f"not running (data dir {status.data_dir})")
     return 3

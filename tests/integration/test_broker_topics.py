@@ -66,8 +66,13 @@ def test_topics_create_against_dead_port_fails_fast() -> None:
     dead = free_port()
     t0 = time.monotonic()
     res = _cli(
-        "--set", f"kafka.bootstrap_servers=127.0.0.1:{dead}", "--set", "kafka.connect_timeout_seconds=3",
-        "topics", "create", env={},
+        "--set",
+        f"kafka.bootstrap_servers=127.0.0.1:{dead}",
+        "--set",
+        "kafka.connect_timeout_seconds=3",
+        "topics",
+        "create",
+        env={},
     )
     elapsed = time.monotonic() - t0
     assert res.returncode == 1
@@ -79,13 +84,19 @@ def test_topics_create_against_dead_port_fails_fast() -> None:
 def test_cli_config_error_is_one_line() -> None:
     res = _cli("--set", "job.window_seconds=-1", "topics", "list", env={})
     assert res.returncode == 1
-    assert res.stderr.strip() == "ipcount topics: error: override job.window_seconds: job.window_seconds must be positive, got -1.0"
+    assert (
+        res.stderr.strip()
+        == "ipcount topics: error: override job.window_seconds: job.window_seconds must be positive, got -1.0"
+    )
 
 
 def test_ensure_topics_settings_and_idempotence(settings: Settings) -> None:
     assert set(missing_topics(settings)) == {
-        settings.topics.source, settings.topics.sink, settings.topics.progress,
-        settings.topics.late, settings.topics.dead_letter,
+        settings.topics.source,
+        settings.topics.sink,
+        settings.topics.progress,
+        settings.topics.late,
+        settings.topics.dead_letter,
     }
     first = ensure_topics(settings)
     assert set(first.values()) == {"created"}
@@ -95,7 +106,10 @@ def test_ensure_topics_settings_and_idempotence(settings: Settings) -> None:
     md = admin.list_topics(timeout=5)
     assert len(md.topics[settings.topics.source].partitions) == settings.topics.source_partitions
     futures = admin.describe_configs(
-        [ConfigResource(ResourceType.TOPIC, settings.topics.source), ConfigResource(ResourceType.TOPIC, settings.topics.progress)]
+        [
+            ConfigResource(ResourceType.TOPIC, settings.topics.source),
+            ConfigResource(ResourceType.TOPIC, settings.topics.progress),
+        ]
     )
     configs = {res.name: fut.result() for res, fut in futures.items()}
     assert configs[settings.topics.source]["retention.ms"].value == "-1"

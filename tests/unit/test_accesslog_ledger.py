@@ -13,11 +13,22 @@ from ipcount.ledger import Ledger, window_start_ms
 
 
 @pytest.mark.parametrize(
-    "ip", ["1.2.3.4", "255.255.255.255", "0.0.0.0", "2001:db8::1", "::1", "fe80::1:2:3:4", "::ffff:10.0.0.1"]
+    "ip",
+    [
+        "1.2.3.4",
+        "255.255.255.255",
+        "0.0.0.0",
+        "2001:db8::1",
+        "::1",
+        "fe80::1:2:3:4",
+        "::ffff:10.0.0.1",
+    ],
 )
 def test_round_trip(ip: str) -> None:
     ms = 1_795_341_600_000
-    line = format_record(ip, ms, method="POST", path='/a "q"', status=201, body_bytes=12, user_agent="ua\\x")
+    line = format_record(
+        ip, ms, method="POST", path='/a "q"', status=201, body_bytes=12, user_agent="ua\\x"
+    )
     rec = parse_record(line)
     assert rec.ip == ip
     assert rec.event_ms == ms
@@ -36,10 +47,19 @@ def test_zone_offset_is_applied() -> None:
     ("line", "why"),
     [
         ("garbage", "not an nginx"),
-        ('999.1.1.1 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 1 "-" "-"', "bad client IP"),
-        ('1.1.1.1 - - [32/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 1 "-" "-"', "bad time_local"),
+        (
+            '999.1.1.1 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 1 "-" "-"',
+            "bad client IP",
+        ),
+        (
+            '1.1.1.1 - - [32/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 1 "-" "-"',
+            "bad time_local",
+        ),
         ('1:2:3 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 1 "-" "-"', "bad client IP"),
-        (b'1.1.1.1 - - [22/Nov/2026:09:57:08 +0000] "GET /\xff HTTP/1.1" 200 1 "-" "-"', "not UTF-8"),
+        (
+            b'1.1.1.1 - - [22/Nov/2026:09:57:08 +0000] "GET /\xff HTTP/1.1" 200 1 "-" "-"',
+            "not UTF-8",
+        ),
     ],
 )
 def test_malformed(line: str | bytes, why: str) -> None:
@@ -49,7 +69,9 @@ def test_malformed(line: str | bytes, why: str) -> None:
 
 def test_window_boundaries() -> None:
     assert window_start_ms(4999, 5000) == 0
-    assert window_start_ms(5000, 5000) == 5000  # an event at exactly the end belongs to the next window
+    assert (
+        window_start_ms(5000, 5000) == 5000
+    )  # an event at exactly the end belongs to the next window
 
 
 def test_ledger_save_load_merge(tmp_path: Path) -> None:

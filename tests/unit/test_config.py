@@ -30,7 +30,9 @@ def test_shipped_config_lists_every_setting() -> None:
     for section in ("kafka", "topics", "job", "sink", "broker", "spark"):
         cls = type(getattr(Settings(), section))
         for f in dataclasses.fields(cls):
-            assert f.name in data[section], f"{section}.{f.name} is not documented in conf/ipcount.toml"
+            assert f.name in data[section], (
+                f"{section}.{f.name} is not documented in conf/ipcount.toml"
+            )
 
 
 def test_env_overrides_both_spellings_and_passthrough() -> None:
@@ -59,7 +61,11 @@ def test_cli_overrides_win_over_env() -> None:
     s = load_settings(
         CONF,
         env={"IPCOUNT_JOB_WINDOW_SECONDS": "10"},
-        overrides=["job.window_seconds=20", "kafka.producer.linger.ms=5", "spark.conf.spark.foo=bar"],
+        overrides=[
+            "job.window_seconds=20",
+            "kafka.producer.linger.ms=5",
+            "spark.conf.spark.foo=bar",
+        ],
     )
     assert s.job.window_seconds == 20.0
     assert s.kafka.to_librdkafka("producer")["linger.ms"] == "5"
@@ -75,16 +81,32 @@ def test_role_tables_do_not_leak_between_roles() -> None:
 @pytest.mark.parametrize(
     ("env", "overrides", "message"),
     [
-        ({}, ["job.windw_seconds=3"], "unknown setting job.windw_seconds (did you mean job.window_seconds?)"),
+        (
+            {},
+            ["job.windw_seconds=3"],
+            "unknown setting job.windw_seconds (did you mean job.window_seconds?)",
+        ),
         ({}, ["job.window_seconds=abc"], "job.window_seconds must be a number, got 'abc'"),
-        ({"IPCOUNT_JOB_WINDOW_SECONDS": "-5"}, [], "env IPCOUNT_JOB_WINDOW_SECONDS: job.window_seconds must be positive"),
+        (
+            {"IPCOUNT_JOB_WINDOW_SECONDS": "-5"},
+            [],
+            "env IPCOUNT_JOB_WINDOW_SECONDS: job.window_seconds must be positive",
+        ),
         ({}, ["topics.source_partitions=0"], "topics.source_partitions must be at least 1"),
         ({}, ["kafka.bootstrap_servers=nohostport"], "kafka.bootstrap_servers must be host:port"),
         ({}, ["sink.wire_format=json"], "sink.wire_format must be 'single-object' or 'confluent'"),
         ({}, ["sink.wire_format=confluent"], "sink.schema_registry_url must be set"),
-        ({}, ["sink.transaction_timeout_ms=10"], "sink.transaction_timeout_ms must be at least 1000"),
+        (
+            {},
+            ["sink.transaction_timeout_ms=10"],
+            "sink.transaction_timeout_ms must be at least 1000",
+        ),
         ({}, ["spark.state_store=memory"], "spark.state_store must be 'rocksdb' or 'hdfs'"),
-        ({}, ["job.starting_offsets=first"], "job.starting_offsets must be 'earliest', 'latest' or a JSON"),
+        (
+            {},
+            ["job.starting_offsets=first"],
+            "job.starting_offsets must be 'earliest', 'latest' or a JSON",
+        ),
         ({}, ["topics.sink=ip_count_source"], "must all differ"),
         ({}, ["topics.sink=bad name"], "must be a valid Kafka topic name"),
         ({}, ["nosection=1"], "must start with a section"),
@@ -92,7 +114,9 @@ def test_role_tables_do_not_leak_between_roles() -> None:
         ({"IPCOUNT_NOPE_X": "1"}, [], "env IPCOUNT_NOPE_X does not name a section"),
     ],
 )
-def test_bad_settings_give_one_clear_message(env: dict[str, str], overrides: list[str], message: str) -> None:
+def test_bad_settings_give_one_clear_message(
+    env: dict[str, str], overrides: list[str], message: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(CONF, env=env, overrides=overrides)
     assert message in str(info.value)
@@ -105,7 +129,9 @@ def test_bad_file(tmp_path: Path) -> None:
         load_settings(bad, env={})
     wrong_type = tmp_path / "type.toml"
     wrong_type.write_text('[job]\nwindow_seconds = "five"\n')
-    with pytest.raises(ConfigError, match=r"type.toml \[job\]: job.window_seconds must be a number"):
+    with pytest.raises(
+        ConfigError, match=r"type.toml \[job\]: job.window_seconds must be a number"
+    ):
         load_settings(wrong_type, env={})
     unknown = tmp_path / "unknown.toml"
     unknown.write_text("[jobs]\n")

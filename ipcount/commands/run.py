@@ -1,0 +1,34 @@
+"""`ipcount run`: the streaming job (also the spark-submit entry point via ipcount/__main__.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ipcount.config import Settings
+
+__all__ = ["register", "ORDER"]
+
+ORDER = 10
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run the IP-count streaming job",
+        description="Run the Spark job: source topic -> 5 s event-time windows per IP -> "
+        "transactional Avro sink. Stops cleanly on SIGTERM/Ctrl-C; restart resumes from the checkpoint.",
+    )
+    p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything in the source now, emit every window, then stop",
+    )
+    p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from ipcount.job import run_job
+
+    return run_job(settings, available_now=args.available_now, timeout=args.timeout)

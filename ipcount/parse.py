@@ -20,7 +20,7 @@ def parse_access_records(source: Any, max_record_bytes: int) -> Any:
 
     value = F.col("value")
     line = value.cast("string")
-    ip_raw = F.regexp_extract(line, F.lit(LINE_PATTERN), GROUP_IP)
+    ip_raw = F.regexp_extract(line, LINE_PATTERN, GROUP_IP)
     # The bracketed $time_local, cut out with cheap string functions once the line matched.
     time_text = F.substring_index(F.substring_index(line, "]", 1), "[", -1)
     parsed_time = F.try_to_timestamp(time_text, F.lit(TIME_FORMAT_SPARK))

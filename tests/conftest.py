@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Directory decides the layer: integration tests need Kafka; e2e tests run Spark too.
     for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
         path = str(item.fspath)
         if f"{os.sep}integration{os.sep}" in path:
             item.add_marker(pytest.mark.kafka)

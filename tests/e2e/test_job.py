@@ -1,0 +1,175 @@
+"""The real Spark job end to end: exact counts, window boundaries, out-of-order and late records,
+malformed lines, an idle partition, idle flush of the last windows, and restart from checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from ipcount.accesslog import format_record
+from ipcount.avro import make_codec
+from ipcount.config import Settings
+from ipcount.consume import TopicReader, decode_records
+from ipcount.job import start_job
+from ipcount.ledger import Ledger
+from ipcount.progress import summarize_progress
+from ipcount.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_795_341_600_000  # a multiple of 5000: window starts are T0 + k * 5000
+A, B, C, D, E = "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"
+V6 = "2001:DB8::1"
+
+
+def _produce(settings: Settings, rows: list[tuple[int, str | bytes, int]]) -> None:
+    """rows: (partition, ip or raw line, event offset ms from T0)."""
+    p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
+    for partition, ip, offset_ms in rows:
+        ms = T0 + offset_ms
+        value = ip if isinstance(ip, bytes) else format_record(ip, ms).encode()
+        p.produce(settings.topics.source, value=value, partition=partition, timestamp=ms)
+    assert p.flush(10) == 0
+
+
+def _results(settings: Settings) -> Counter[tuple[int, str, int]]:
+    """(window_start offset from T0, ip, count) -> how many times it was committed."""
+    codec = make_codec("single-object")
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.sink) as reader:
+        out: Counter[tuple[int, str, int]] = Counter()
+        for _, rec in decode_records(reader.read_to_end(30), codec):
+            assert rec.window_end - rec.window_start == 5000
+            out[(rec.window_start - T0, rec.ip, rec.count)] += 1
+    return out
+
+
+def _wait(query: Any, until: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        if until():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings(
+        "job.trigger_interval_seconds=0.5",
+        "job.idle_timeout_seconds=1",
+        "topics.source_partitions=3",
+    )
+    ensure_topics(settings)
+    # Batch 1. Partition 2 gets one record and then stays idle for the rest of the test.
+    _produce(
+        settings,
+        [
+            (0, A, 0), (0, A, 4_999), (0, A, 5_000),  # 5000 is the next window's first instant
+            (1, B, 1_000), (1, B, 1_000), (1, B, 1_000), (1, V6, 2_000),
+            (1, b"not an access record", 2_000),
+            (1, format_record("999.1.1.1", T0).encode(), 2_000),
+            (1, b"\xff\xfe" + format_record(B, T0).encode(), 2_000),
+            (2, C, 3_000),
+        ],
+    )
+    queries = start_job(spark, settings)
+    query = queries.counts
+    try:
+        query.processAllAvailable()
+        # Batch 2 moves max event time to 12 s; then 8 s is out of order but within the 5 s delay.
+        _produce(settings, [(0, A, 12_000)])
+        query.processAllAvailable()
+        _produce(settings, [(1, D, 8_000)])
+        query.processAllAvailable()
+        # Max event time 30 s -> watermark 25 s; a record at 1 s is now late.
+        _produce(settings, [(0, A, 30_000)])
+        query.processAllAvailable()
+        _produce(settings, [(1, E, 1_000)])
+        query.processAllAvailable()
+        expected = Counter(
+            {
+                (0, A.lower(), 2): 1,
+                (5_000, A, 1): 1,
+                (0, B, 3): 1,
+                (0, V6.lower(), 1): 1,
+                (0, C, 1): 1,
+                (5_000, D, 1): 1,
+                (10_000, A, 1): 1,
+                (30_000, A, 1): 1,
+            }
+        )
+        # Input has stopped: heartbeats must close the last window [30 s, 35 s) on their own,
+        # within about idle timeout + window + delay plus a few triggers.
+        stopped_at = time.monotonic()
+        _wait(query, lambda: _results(settings) == expected, 40, "the last window via heartbeats")
+        flush_seconds = time.monotonic() - stopped_at
+        assert flush_seconds < 30, flush_seconds
+        progress = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
+        assert sum(p["malformed"] for p in progress) == 3
+        assert sum(p["late_rows"] for p in progress) >= 1
+        assert sum(p["heartbeats"] for p in progress) >= 1
+        assert sum(p["records"] for p in progress) == 18
+    finally:
+        for q in queries.all():
+            q.stop()
+    assert query.exception() is None
+
+
+def _run_cli(settings: Settings, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
+        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
+        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
+        "IPCOUNT_TOPICS_LATE": settings.topics.late,
+        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
+        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+        "IPCOUNT_SPARK_MASTER": "local[2]",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ipcount", *args],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_ipcount_run_restarts_from_checkpoint_without_duplicates(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings()
+    ensure_topics(settings)
+    ledger = Ledger()
+    ips = [f"192.168.0.{i}" for i in range(1, 9)] + ["fd00::1", "fd00::2"]
+
+    def produce_round(start_ms: int, n: int) -> None:
+        rows = []
+        for i in range(n):
+            ip = ips[i % len(ips)]
+            offset = start_ms + (i * 37) % 20_000
+            rows.append((i % 3, ip, offset))
+            ledger.add(T0 + offset, ip)
+        _produce(settings, rows)
+
+    produce_round(0, 3_000)
+    first = _run_cli(settings, "run", "--available-now")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # --available-now closes every window up to the end, so later records must be later in event time.
+    produce_round(60_000, 3_000)
+    second = _run_cli(settings, "run", "--available-now")
+    assert second.returncode == 0, second.stderr[-3000:]
+    # A third run with nothing new commits nothing new.
+    third = _run_cli(settings, "run", "--available-now")
+    assert third.returncode == 0, third.stderr[-3000:]
+    ledger.save(tmp_path / "ledger.jsonl")
+    verify = _run_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    last = verify.stdout.strip().splitlines()[-1]
+    assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
+    assert f"results={len(ledger.counts)}" in last

@@ -57,6 +57,11 @@ def build_session(settings: Settings, extra: Mapping[str, str] | None = None) ->
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # Local mode stays on loopback unless the operator says otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # With IPCOUNT_FAULTS set, a fault point in a Python worker must kill the whole job (the
+    # pyspark daemon runs workers in its own process group): pin the driver's group first.
+    from ipcount.faults import pin_process_group
+
+    pin_process_group()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     # spark-submit sets the master itself; only set it when not launched that way.
     if "spark.master" not in _submit_conf():

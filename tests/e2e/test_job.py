@@ -51,20 +51,24 @@ def _results(settings: Settings) -> Counter[tuple[int, str, int]]:
     return out
 
 
-def _wait(query: Any, until: Any, timeout: float, what: str) -> None:
+def _wait(query: Any, check: Any, want: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
+    got = None
     while time.monotonic() < deadline:
         assert query.exception() is None, query.exception()
-        if until():
+        got = check()
+        if got == want:
             return
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}: got {got}, want {want}")
 
 
 def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:  # type: ignore[no-untyped-def]
+    # No heartbeat may fire between the steps below: a heartbeat advances event time with idle
+    # wall-clock time and would legitimately close the window the out-of-order record belongs to.
     settings = make_settings(
         "job.trigger_interval_seconds=0.5",
-        "job.idle_timeout_seconds=1",
+        "job.idle_timeout_seconds=600",
         "topics.source_partitions=3",
     )
     ensure_topics(settings)
@@ -72,8 +76,13 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
     _produce(
         settings,
         [
-            (0, A, 0), (0, A, 4_999), (0, A, 5_000),  # 5000 is the next window's first instant
-            (1, B, 1_000), (1, B, 1_000), (1, B, 1_000), (1, V6, 2_000),
+            (0, A, 0),
+            (0, A, 4_999),
+            (0, A, 5_000),  # 5000 is the next window's first instant
+            (1, B, 1_000),
+            (1, B, 1_000),
+            (1, B, 1_000),
+            (1, V6, 2_000),
             (1, b"not an access record", 2_000),
             (1, format_record("999.1.1.1", T0).encode(), 2_000),
             (1, b"\xff\xfe" + format_record(B, T0).encode(), 2_000),
@@ -94,36 +103,50 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
         query.processAllAvailable()
         _produce(settings, [(1, E, 1_000)])
         query.processAllAvailable()
-        expected = Counter(
-            {
-                (0, A.lower(), 2): 1,
-                (5_000, A, 1): 1,
-                (0, B, 3): 1,
-                (0, V6.lower(), 1): 1,
-                (0, C, 1): 1,
-                (5_000, D, 1): 1,
-                (10_000, A, 1): 1,
-                (30_000, A, 1): 1,
-            }
-        )
-        # Input has stopped: heartbeats must close the last window [30 s, 35 s) on their own,
-        # within about idle timeout + window + delay plus a few triggers.
-        stopped_at = time.monotonic()
-        _wait(query, lambda: _results(settings) == expected, 40, "the last window via heartbeats")
-        flush_seconds = time.monotonic() - stopped_at
-        assert flush_seconds < 30, flush_seconds
         progress = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
+        assert sum(p["heartbeats"] for p in progress) == 0
+    finally:
+        for q in queries.all():
+            q.stop()
+    assert query.exception() is None
+    expected = Counter(
+        {
+            (0, A.lower(), 2): 1,
+            (5_000, A, 1): 1,
+            (0, B, 3): 1,
+            (0, V6.lower(), 1): 1,
+            (0, C, 1): 1,
+            (5_000, D, 1): 1,
+            (10_000, A, 1): 1,
+            (30_000, A, 1): 1,
+        }
+    )
+    # Restart on the same checkpoint with a short idle timeout: input has stopped, and heartbeats
+    # must close the last window [30 s, 35 s) on their own, within about idle timeout + window +
+    # delay plus a few triggers.
+    settings = settings.replace("job", idle_timeout_seconds=1.0)
+    queries = start_job(spark, settings)
+    query = queries.counts
+    try:
+        stopped_at = time.monotonic()
+        _wait(query, lambda: _results(settings), expected, 60, "the last window via heartbeats")
+        flush_seconds = time.monotonic() - stopped_at
+        assert flush_seconds < 45, flush_seconds
         assert sum(p["malformed"] for p in progress) == 3
         assert sum(p["late_rows"] for p in progress) >= 1
-        assert sum(p["heartbeats"] for p in progress) >= 1
-        assert sum(p["records"] for p in progress) == 18
+        assert sum(p["records"] for p in progress) == 15
+        restarted = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
+        assert sum(p["heartbeats"] for p in restarted) >= 1
+        assert sum(p["records"] for p in restarted) == 0  # nothing read twice after the restart
     finally:
         for q in queries.all():
             q.stop()
     assert query.exception() is None
 
 
-def _run_cli(settings: Settings, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def _run_cli(
+    settings: Settings, *args: str, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
@@ -138,11 +161,17 @@ def _run_cli(settings: Settings, *args: str, timeout: float = 300) -> subprocess
     }
     return subprocess.run(
         [sys.executable, "-m", "ipcount", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
-def test_ipcount_run_restarts_from_checkpoint_without_duplicates(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
+    make_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
     ensure_topics(settings)
     ledger = Ledger()
@@ -169,7 +198,10 @@ def test_ipcount_run_restarts_from_checkpoint_without_duplicates(make_settings, 
     assert third.returncode == 0, third.stderr[-3000:]
     ledger.save(tmp_path / "ledger.jsonl")
     verify = _run_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
+    progress_lines = "\n".join(
+        line for run in (first, second, third) for line in run.stderr.splitlines() if " batch " in line
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr + progress_lines
     last = verify.stdout.strip().splitlines()[-1]
     assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
     assert f"results={len(ledger.counts)}" in last

@@ -1,0 +1,85 @@
+"""Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId,..." makes `fault_point`
+SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from ipcount.errors import ConfigError
+
+__all__ = ["ENV_VAR", "PGID_ENV_VAR", "POINTS", "parse_faults", "fault_point", "pin_process_group"]
+
+logger = logging.getLogger(__name__)
+
+ENV_VAR = "IPCOUNT_FAULTS"
+# The process group to kill. Spark runs the sink's commit in a Python worker forked by the pyspark
+# daemon, which makes its own process group: killing that group leaves the driver JVM alive.
+# The driver pins its own group here before Spark starts, so a fault kills the whole job.
+PGID_ENV_VAR = "IPCOUNT_FAULTS_PGID"
+POINTS = frozenset(
+    {
+        # Records and the progress marker are produced inside the open transaction, not committed.
+        "sink.before_commit",
+        # The Kafka transaction is committed; Spark's commit log for the batch is not yet written.
+        "sink.after_commit",
+    }
+)
+
+
+def parse_faults(spec: str) -> frozenset[tuple[str, int]]:
+    """Parse 'point@batchId,point@batchId' into a set of (point, batchId).
+
+    Raises:
+        ConfigError: an entry is malformed or names an unknown point (a typo would otherwise
+            make a chaos test pass without ever injecting its fault).
+    """
+    faults: set[tuple[str, int]] = set()
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        point, sep, batch = entry.partition("@")
+        point = point.strip()
+        if not sep or not batch.strip().lstrip("-").isdigit():
+            raise ConfigError(
+                f"{ENV_VAR}: entry {entry!r} must look like point@batchId, "
+                "e.g. sink.before_commit@3"
+            )
+        if point not in POINTS:
+            raise ConfigError(
+                f"{ENV_VAR}: unknown fault point {point!r}; "
+                f"known points: {', '.join(sorted(POINTS))}"
+            )
+        faults.add((point, int(batch)))
+    return frozenset(faults)
+
+
+def pin_process_group() -> None:
+    """When faults are configured, record this process's group as the one a fault kills.
+
+    Call it in the driver before the SparkSession starts (the JVM and its Python workers inherit
+    the environment). Does nothing without IPCOUNT_FAULTS or when a group is already pinned.
+    """
+    if os.environ.get(ENV_VAR) and not os.environ.get(PGID_ENV_VAR):
+        os.environ[PGID_ENV_VAR] = str(os.getpgid(0))
+
+
+def fault_point(name: str, batch_id: int) -> None:
+    """SIGKILL the process group pinned in IPCOUNT_FAULTS_PGID (else this process's group) if
+    IPCOUNT_FAULTS names (name, batch_id); otherwise do nothing.
+
+    The environment is read on every call (cheap), so a test can set it in a child's env only.
+    """
+    spec = os.environ.get(ENV_VAR, "")
+    if not spec:
+        return
+    if (name, batch_id) not in parse_faults(spec):
+        return
+    pinned = os.environ.get(PGID_ENV_VAR, "")
+    group = int(pinned) if pinned.isdigit() else os.getpgid(0)
+    logger.error("fault injection: %s@%d: SIGKILL to process group %d", name, batch_id, group)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os.killpg(group, signal.SIGKILL)

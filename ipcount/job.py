@@ -18,12 +18,12 @@ from ipcount.config import Settings
 from ipcount.errors import ConfigError
 from ipcount.kafka import check_transaction_timeout
 from ipcount.parse import parse_access_records
+from ipcount.sink import sink_options
 from ipcount.topics import missing_topics
 
 __all__ = [
     "JobQueries",
     "source_options",
-    "sink_options",
     "build_counts",
     "preflight",
     "start_job",
@@ -72,27 +72,6 @@ def source_options(settings: Settings, *, heartbeats: bool = True) -> dict[str, 
             _ms(job.window_seconds) + _ms(job.watermark_delay_seconds) + _HEARTBEAT_SLACK_MS
         )
     for key, value in settings.kafka.to_librdkafka("consumer").items():
-        opts[f"kafka.{key}"] = value
-    return opts
-
-
-def sink_options(
-    settings: Settings, query_id: str, *, topic: str, mode: str = "counts"
-) -> dict[str, str]:
-    """Options for the `ipcount-kafka-txn` sink, from settings."""
-    sink = settings.sink
-    opts = {
-        "topic": topic,
-        "progressTopic": settings.topics.progress,
-        "queryId": query_id,
-        "mode": mode,
-        "transactionTimeoutMs": str(sink.transaction_timeout_ms),
-        "wireFormat": sink.wire_format,
-        "retryDeadlineSeconds": str(sink.retry_deadline_seconds),
-    }
-    if sink.schema_registry_url:
-        opts["schemaRegistryUrl"] = sink.schema_registry_url
-    for key, value in settings.kafka.to_librdkafka("producer").items():
         opts[f"kafka.{key}"] = value
     return opts
 

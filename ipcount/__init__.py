@@ -1,4 +1,5 @@
-"""ipcount: exactly-once per-IP request counts in 5-second event-time windows, Kafka to Kafka on Spark."""
+"""ipcount: exactly-once per-IP request counts in 5-second event-time windows, Kafka to Kafka on
+Spark."""
 
 __all__ = ["__version__"]
 

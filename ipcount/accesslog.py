@@ -26,8 +26,18 @@ __all__ = [
     "ParseError",
 ]
 
-# $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"
-LINE_PATTERN = r'^(\S+) \S+ (\S+) \[([^\]]+)\] "((?:[^"\\]|\\.)*)" (\d{3}) (\d+|-) "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"$'
+# $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
+# "$http_user_agent"
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+LINE_PATTERN = (
+    r"^(\S+) \S+ (\S+) \[([^\]]+)\] "
+    + _QUOTED
+    + r" (\d{3}) (\d+|-) "
+    + _QUOTED
+    + " "
+    + _QUOTED
+    + "$"
+)
 GROUP_IP = 1
 GROUP_TIME = 3
 
@@ -97,7 +107,8 @@ def format_time_local(event_ms: int, utc_offset_minutes: int = 0) -> str:
     sign = "+" if utc_offset_minutes >= 0 else "-"
     off = abs(utc_offset_minutes)
     return (
-        f"{t.day:02d}/{_MONTHS[t.month - 1]}/{t.year:04d}:{t.hour:02d}:{t.minute:02d}:{t.second:02d} "
+        f"{t.day:02d}/{_MONTHS[t.month - 1]}/{t.year:04d}:"
+        f"{t.hour:02d}:{t.minute:02d}:{t.second:02d} "
         f"{sign}{off // 60:02d}{off % 60:02d}"
     )
 

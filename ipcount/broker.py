@@ -1,4 +1,5 @@
-"""The local noida-db Kafka broker for development, the demo and tests: start, readiness, stop by PID."""
+"""The local noida-db Kafka broker for development, the demo and tests: start, readiness, stop by
+PID."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class BrokerStatus:
 
 
 class LocalBroker:
-    """A noida-db broker bound to `host:port` with its own data dir; its PID is kept in the data dir."""
+    """A noida-db broker on `host:port` with its own data dir, where its PID is recorded."""
 
     def __init__(self, data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092) -> None:
         self.data_dir = Path(data_dir).resolve()
@@ -172,8 +173,8 @@ class LocalBroker:
             if proc.poll() is not None:
                 self.state_file.unlink(missing_ok=True)
                 raise BrokerError(
-                    f"noida-db exited with status {proc.returncode} while starting; see {self.log_file}:\n"
-                    + self._log_tail()
+                    f"noida-db exited with status {proc.returncode} while starting; "
+                    f"see {self.log_file}:\n" + self._log_tail()
                 )
             try:
                 wait_for_metadata({"bootstrap.servers": self.bootstrap}, timeout=1.0)
@@ -186,7 +187,7 @@ class LocalBroker:
         )
 
     def stop(self, timeout: float = 15.0) -> bool:
-        """Stop the recorded broker by PID (SIGTERM, then SIGKILL). Returns False if none was running."""
+        """Stop the recorded broker by PID (SIGTERM, then SIGKILL); False if none was running."""
         pid = self._recorded_pid()
         if pid is None or not _pid_alive(pid):
             self.state_file.unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""The streaming query's stable id, read from (or written to) the checkpoint before the query starts (driver).
+"""The streaming query's stable id, read from (or written to) the checkpoint before the query
+starts (driver).
 
 Spark keeps a query's id in `<checkpoint>/metadata` as {"id": "<uuid>"}. The sink derives its
 transactional.id from that id, so it must be known before the query starts: on a first start ipcount

@@ -1,4 +1,4 @@
-"""The `ipcount` command line: loads settings once, then runs one subcommand from ipcount.commands."""
+"""The `ipcount` command line: loads settings once, then runs one ipcount.commands subcommand."""
 
 from __future__ import annotations
 
@@ -24,13 +24,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every command module's subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="ipcount",
-        description="Exactly-once per-IP request counts in event-time windows, Kafka to Kafka on Spark.",
+        description="Exactly-once per-IP request counts in event-time windows, "
+        "Kafka to Kafka on Spark.",
     )
     parser.add_argument("--version", action="version", version=f"ipcount {__version__}")
     parser.add_argument(
         "-c",
         "--config",
-        help="settings file (default: env IPCOUNT_CONFIG, else ./conf/ipcount.toml, else built-in defaults)",
+        help="settings file (default: env IPCOUNT_CONFIG, else ./conf/ipcount.toml, "
+        "else built-in defaults)",
     )
     parser.add_argument(
         "--set",

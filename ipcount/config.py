@@ -1,4 +1,5 @@
-"""Typed, validated settings: conf/ipcount.toml, then IPCOUNT_* env overrides, then CLI --set overrides."""
+"""Typed, validated settings: conf/ipcount.toml, then IPCOUNT_* env overrides, then CLI --set
+overrides."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class KafkaSettings:
     connect_timeout_seconds: float = 10.0
 
     def to_librdkafka(self, role: str = "client") -> dict[str, str]:
-        """Build the dotted-key dict for one client role: 'consumer', 'producer', 'admin' or 'client'."""
+        """The dotted-key dict for one client role: consumer, producer, admin or client."""
         conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.client)
         if role in ("consumer", "producer", "admin"):
@@ -176,7 +177,7 @@ _PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": (
 
 
 def default_config_path() -> Path | None:
-    """The config file used when none is named: env IPCOUNT_CONFIG, else ./conf/ipcount.toml if present."""
+    """The config file when none is named: env IPCOUNT_CONFIG, else ./conf/ipcount.toml, if any."""
     env = os.environ.get("IPCOUNT_CONFIG")
     if env:
         return Path(env)

@@ -30,7 +30,7 @@ class SchemaError(IpcountError):
 
 
 class DecodeError(IpcountError):
-    """A record could not be decoded (wrong wire format, wrong schema fingerprint, corrupt bytes)."""
+    """A record could not be decoded (wrong wire format, schema fingerprint, corrupt bytes)."""
 
 
 class SourceError(IpcountError):
@@ -65,4 +65,4 @@ class TransactionAbortedError(SinkError):
 
 
 class FatalKafkaError(SinkError):
-    """The producer cannot continue (fenced by a newer instance, or a fatal Kafka error): restart the job."""
+    """The producer cannot go on (fenced by a newer instance, or a fatal error): restart the job."""

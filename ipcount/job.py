@@ -1,4 +1,5 @@
-"""The IP-count job (driver): Kafka source -> parse -> watermark -> 5 s tumbling count per IP -> txn sink.
+"""The IP-count job (driver): Kafka source -> parse -> watermark -> 5 s tumbling count per IP ->
+txn sink.
 
 Run it with `ipcount run`, or with spark-submit (the same CLI):
     spark-submit --master 'local[*]' ipcount/__main__.py run [--available-now]
@@ -254,8 +255,8 @@ def run_job(
                 failed = True
                 logger.error("query %s failed: %s", q.name, _short(exc))
         session.streams.removeListener(listener)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return 1 if failed else 0
 
 

@@ -1,4 +1,5 @@
-"""Kafka client helpers shared by the driver and executors: connectivity, broker settings, error text."""
+"""Kafka client helpers shared by the driver and executors: connectivity, broker settings, error
+text."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ class _DebugLogger:
 def with_client_logging(
     conf: Mapping[str, Any], name: str = "ipcount.librdkafka"
 ) -> dict[str, Any]:
-    """Copy a client config, adding an error_cb and a logger so librdkafka never writes to stderr."""
+    """Copy a client config, adding an error_cb and a logger: librdkafka never writes to stderr."""
     full: dict[str, Any] = {"error_cb": error_cb_logger(name), "logger": _DebugLogger(name)}
     full.update(conf)
     return full
@@ -156,5 +157,6 @@ def transaction_timeout_error(timeout_ms: int, maximum: int | None) -> ConfigErr
     return ConfigError(
         f"sink.transaction_timeout_ms = {timeout_ms} ms is above the broker's "
         f"transaction.max.timeout.ms ({limit}). Lower sink.transaction_timeout_ms "
-        "(env IPCOUNT_SINK_TRANSACTION_TIMEOUT_MS) or raise transaction.max.timeout.ms on the brokers."
+        "(env IPCOUNT_SINK_TRANSACTION_TIMEOUT_MS) "
+        "or raise transaction.max.timeout.ms on the brokers."
     )

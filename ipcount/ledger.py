@@ -1,7 +1,9 @@
-"""Ground-truth ledger of expected per-(window, IP) counts, written by loadgen and read by `ipcount verify`.
+"""Ground-truth ledger of expected per-(window, IP) counts, written by loadgen and read by `ipcount
+verify`.
 
 Format (JSON lines, one file per producer run; several files may be merged):
-    {"ledger": "ipcount", "version": 1, "window_ms": 5000, "records": N, "on_time": N, "late": N, "malformed": N}
+    {"ledger": "ipcount", "version": 1, "window_ms": 5000,
+     "records": N, "on_time": N, "late": N, "malformed": N}
     {"window_start": <epoch ms>, "ip": "<ip>", "count": <on-time n>, "late": <late n>}
     ...
 Windows are tumbling and aligned to the epoch: window_start = event_ms - event_ms % window_ms.

@@ -1,4 +1,5 @@
-"""Spark SQL (JVM-side) parsing of access records into (event_time, ip) plus a validity verdict (driver plan)."""
+"""Spark SQL (JVM-side) parsing of access records into (event_time, ip) plus a validity verdict
+(driver plan)."""
 
 from __future__ import annotations
 

@@ -90,7 +90,8 @@ class ProgressLogger(StreamingQueryListener):
         self.last = s
         self._log.info(
             "%s batch %s: in=%d rows (%.0f/s in, %.0f/s processed) records=%d malformed=%d "
-            "heartbeats=%d late_rows=%d out=%d watermark=%s state=%d rows batch=%dms sink+agg=%dms lag=%s",
+            "heartbeats=%d late_rows=%d out=%d watermark=%s state=%d rows "
+            "batch=%dms sink+agg=%dms lag=%s",
             s["name"],
             s["batch"],
             s["input_rows"],

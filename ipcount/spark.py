@@ -1,4 +1,5 @@
-"""Build the SparkSession the job runs in (driver side): settings, state store, Python workers, quiet logs."""
+"""Build the SparkSession the job runs in (driver side): settings, state store, Python workers,
+quiet logs."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def spark_conf(settings: Settings) -> dict[str, str]:
     conf = {
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": _STATE_STORE_PROVIDERS[s.state_store],
-        # Changelog checkpointing makes RocksDB commits cheap (only the batch's changes are uploaded).
+        # Changelog checkpointing makes RocksDB commits cheap (only the batch's changes are
+        # uploaded).
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -1,4 +1,4 @@
-"""Topic provisioning from config: source, sink, progress (compacted), late and dead-letter topics."""
+"""Topic provisioning from config: source, sink, progress (compacted), late, dead-letter."""
 
 from __future__ import annotations
 

@@ -1,3 +1,4 @@
-"""One module per `ipcount` subcommand; each defines `register(subparsers)` and an ORDER for --help."""
+"""One module per `ipcount` subcommand; each defines `register(subparsers)` and an ORDER for
+--help."""
 
 __all__: list[str] = []

@@ -1,4 +1,5 @@
-"""`ipcount demo`: the whole pipeline on this machine — broker, topics, generator, job, consumer, verify."""
+"""`ipcount demo`: the whole pipeline on this machine — broker, topics, generator, job, consumer,
+verify."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="run the whole pipeline locally and print the counts",
-        description="Start a fresh local broker, create the topics, generate access records, run the "
+        description="Start a fresh local broker, create the topics, generate access records, "
+        "run the "
         "Spark job, print the read_committed results as they are committed, then verify them "
         "against the generator's ground truth.",
     )
@@ -56,7 +58,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     broker = LocalBroker(work / "broker", "127.0.0.1", free_port())
-    _say(f"starting a local Kafka broker (noida-db) on {broker.bootstrap}, data in {broker.data_dir}")
+    _say(
+        f"starting a local Kafka broker (noida-db) on {broker.bootstrap}, data in {broker.data_dir}"
+    )
     broker.start(timeout=settings.broker.start_timeout_seconds)
     ledger = work / "ledger.jsonl"
     checkpoint = work / "checkpoint"
@@ -83,19 +87,42 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         synth = _spawn(
             [
-                sys.executable, "-m", "loadgen", *sets, "synth",
-                "--rate", str(args.rate), "--duration", str(args.duration), "--ips", str(args.ips),
-                "--late-fraction", "0.001", "--malformed-fraction", "0.002", "--ledger", str(ledger),
+                sys.executable,
+                "-m",
+                "loadgen",
+                *sets,
+                "synth",
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+                "--ips",
+                str(args.ips),
+                "--late-fraction",
+                "0.001",
+                "--malformed-fraction",
+                "0.002",
+                "--ledger",
+                str(ledger),
             ],
             env,
             work / "loadgen.log",
         )
         procs.append(synth)
         window = settings.job.window_seconds
-        idle = settings.job.idle_timeout_seconds + window + settings.job.watermark_delay_seconds + 10
+        idle = (
+            settings.job.idle_timeout_seconds + window + settings.job.watermark_delay_seconds + 10
+        )
         _say("read_committed consumer of the sink topic (one line per window and IP):")
         consumer = _spawn(
-            [*ipcount, *sets, "consume", "--from-beginning", "--idle-exit", f"{args.duration + idle + 60:g}"],
+            [
+                *ipcount,
+                *sets,
+                "consume",
+                "--from-beginning",
+                "--idle-exit",
+                f"{args.duration + idle + 60:g}",
+            ],
             env,
             None,
         )
@@ -103,11 +130,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if synth.wait() != 0:
             _say(f"the generator failed (status {synth.returncode}); see {work / 'loadgen.log'}")
             return 1
-        _say(f"traffic done; waiting for the last windows (about {idle:.0f}s: idle timeout + window + delay)")
+        _say(
+            f"traffic done; waiting for the last windows "
+            f"(about {idle:.0f}s: idle timeout + window + delay)"
+        )
         deadline = time.monotonic() + idle + 60
+        verify: subprocess.CompletedProcess[str] | None = None
         while time.monotonic() < deadline and job.poll() is None:
             verify = subprocess.run(
-                [*ipcount, *sets, "verify", "--ledger", str(ledger)], env=env, capture_output=True, text=True
+                [*ipcount, *sets, "verify", "--ledger", str(ledger)],
+                env=env,
+                capture_output=True,
+                text=True,
             )
             if verify.returncode == 0:
                 break
@@ -121,6 +155,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         job.send_signal(signal.SIGTERM)
         job.wait(timeout=120)
         _say("exactness check against the generator's ground truth:")
+        if verify is None:
+            _say("no verification ran")
+            return 1
         print(verify.stdout.strip(), flush=True)
         if verify.returncode != 0:
             print(verify.stderr.strip(), flush=True)

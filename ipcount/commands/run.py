@@ -17,7 +17,8 @@ def register(sub: Any) -> None:
         "run",
         help="run the IP-count streaming job",
         description="Run the Spark job: source topic -> 5 s event-time windows per IP -> "
-        "transactional Avro sink. Stops cleanly on SIGTERM/Ctrl-C; restart resumes from the checkpoint.",
+        "transactional Avro sink. Stops cleanly on SIGTERM/Ctrl-C; "
+        "a restart resumes from the checkpoint.",
     )
     p.add_argument(
         "--available-now",

@@ -199,7 +199,10 @@ def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
     ledger.save(tmp_path / "ledger.jsonl")
     verify = _run_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120)
     progress_lines = "\n".join(
-        line for run in (first, second, third) for line in run.stderr.splitlines() if " batch " in line
+        line
+        for run in (first, second, third)
+        for line in run.stderr.splitlines()
+        if " batch " in line
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr + progress_lines
     last = verify.stdout.strip().splitlines()[-1]

@@ -42,14 +42,25 @@ def _python_verdict(line: bytes) -> tuple[str | None, int | None]:
 
 def test_spark_parser_matches_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
     from pyspark.sql.types import (
-        BinaryType, BooleanType, IntegerType, LongType, StructField, StructType, TimestampType,
+        BinaryType,
+        BooleanType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+        TimestampType,
     )
 
-    schema = StructType([
-        StructField("key", BinaryType()), StructField("value", BinaryType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()), StructField("heartbeat", BooleanType()),
-    ])
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("heartbeat", BooleanType()),
+        ]
+    )
     hb_time = datetime.fromtimestamp(MS / 1000 + 60, UTC)
     rows = [(None, line, 0, i, hb_time, False) for i, line in enumerate(LINES)]
     rows.append((None, None, 0, len(LINES), hb_time, True))

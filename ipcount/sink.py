@@ -22,7 +22,13 @@ from pyspark.sql.types import (
 from ipcount.avro import WIRE_FORMATS, make_codec
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, SchemaError
-from ipcount.txn import TxnConfig, abort_open_transaction, default_transactional_id, session_for
+from ipcount.txn import (
+    TxnConfig,
+    abort_open_transaction,
+    default_transactional_id,
+    new_run_id,
+    session_for,
+)
 
 __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]
 
@@ -43,7 +49,12 @@ _TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
 
 
 def sink_options(
-    settings: Settings, query_id: str, *, topic: str | None = None, mode: str = "counts"
+    settings: Settings,
+    query_id: str,
+    *,
+    topic: str | None = None,
+    mode: str = "counts",
+    run_id: str | None = None,
 ) -> dict[str, str]:
     """The writeStream options for this sink from ipcount settings (the one place they are mapped).
 
@@ -52,12 +63,14 @@ def sink_options(
         query_id: the query's stable id (derived from its checkpoint).
         topic: the output topic; default topics.sink.
         mode: 'counts' (Avro IpCount) or 'raw' (key/value bytes as they are, e.g. the dead letters).
+        run_id: identifies this start of the job (default: a new one, see `new_run_id`).
     """
     k, s = settings.kafka, settings.sink
     opts = {
         "topic": topic or settings.topics.sink,
         "progressTopic": settings.topics.progress,
         "queryId": query_id,
+        "runId": run_id or new_run_id(),
         "mode": mode,
         "transactionTimeoutMs": str(s.transaction_timeout_ms),
         "retryDeadlineSeconds": str(s.retry_deadline_seconds),
@@ -146,6 +159,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             topic=required("topic"),
             progress_topic=required("progressTopic"),
             query_id=query_id,
+            run_id=opts.get("runid", ""),
             transactional_id=opts.get("transactionalid") or default_transactional_id(query_id),
             producer_conf={**common, **producer},
             consumer_conf={**common, **consumer},

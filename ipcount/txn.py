@@ -7,6 +7,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ __all__ = [
     "CommitOutcome",
     "TxnSession",
     "default_transactional_id",
+    "new_run_id",
     "session_for",
     "abort_open_transaction",
 ]
@@ -47,6 +49,16 @@ def default_transactional_id(query_id: str) -> str:
     return f"ipcount-{query_id}"
 
 
+def new_run_id() -> str:
+    """An id for one start of a job: '<start epoch ms>-<random>', so later starts sort higher."""
+    return f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
+
+
+def _run_started_ms(run_id: str) -> int:
+    head = run_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 @dataclass(frozen=True)
 class TxnConfig:
     """Everything the driver needs to commit batches (plain data: picklable)."""
@@ -59,6 +71,8 @@ class TxnConfig:
     consumer_conf: dict[str, str] = field(default_factory=dict)
     transaction_timeout_ms: int = 60_000
     retry_deadline_seconds: float = 60.0
+    # Which start of the job writes (new_run_id); recorded in each progress marker.
+    run_id: str = ""
 
     def __post_init__(self) -> None:
         for name in ("topic", "progress_topic", "query_id", "transactional_id"):
@@ -96,6 +110,8 @@ class TxnSession:
     def __init__(self, config: TxnConfig) -> None:
         self.config = config
         self.last_committed: int | None = None
+        # The run id in the newest progress marker (who committed last_committed).
+        self.last_run_id: str = ""
         self._producer: Any = None
         self._in_transaction = False
 
@@ -127,7 +143,7 @@ class TxnSession:
         self._producer = producer
         try:
             self._call("init_transactions", lambda t: producer.init_transactions(t))
-            self.last_committed = self._read_progress()
+            self.last_committed, self.last_run_id = self._read_progress()
         except BaseException:
             # Never keep a producer whose last committed batch is unknown: it could rewrite one.
             self._discard()
@@ -151,8 +167,45 @@ class TxnSession:
 
         Raises:
             TransactionAbortedError: the transaction was aborted; retrying the batch is safe.
-            FatalKafkaError: fenced by a newer producer, or a fatal error: this writer must stop.
+            FatalKafkaError: fenced by a newer job, or a fatal error: this writer must stop.
         """
+        batch = list(records)
+        cached = self.started
+        try:
+            return self._commit_once(batch_id, batch)
+        except FatalKafkaError as exc:
+            if not cached or not _is_fenced(exc):
+                raise
+        # This process's producer was fenced since its last commit. The fencer is either a newer
+        # job on the same checkpoint (then this one must stop) or another Python worker of this
+        # very job: Spark may run one query's commits in different reused workers, each with its
+        # own producer for the transactional.id. Re-initialising fences the other producer and
+        # re-reads the progress marker, so a batch the fencer committed is skipped, never doubled.
+        logger.warning(
+            "batch %d: producer for %s was fenced since the last commit; re-initialising",
+            batch_id,
+            self.config.transactional_id,
+        )
+        self.start()
+        if self._newer_run_committed():
+            self._discard()
+            raise FatalKafkaError(
+                f"batch {batch_id}: a newer job (run {self.last_run_id}) is writing with the same "
+                f"transactional.id {self.config.transactional_id!r} (query "
+                f"{self.config.query_id}): two jobs are using the same checkpoint; this one "
+                f"(run {self.config.run_id}) stops, the newer one continues"
+            )
+        # Fenced again within this one batch: another job is committing right now.
+        return self._commit_once(batch_id, batch)
+
+    def _newer_run_committed(self) -> bool:
+        mine = self.config.run_id
+        theirs = self.last_run_id
+        if not mine or not theirs or theirs == mine:
+            return False
+        return _run_started_ms(theirs) > _run_started_ms(mine)
+
+    def _commit_once(self, batch_id: int, records: list[Record]) -> CommitOutcome:
         started = time.monotonic()
         if not self.started:
             # Even for an empty batch: init_transactions aborts what a crashed predecessor left
@@ -181,6 +234,7 @@ class TxnSession:
             marker = {
                 "queryId": self.config.query_id,
                 "batchId": batch_id,
+                "runId": self.config.run_id,
                 "records": count,
                 "transactionalId": self.config.transactional_id,
                 "committedAtMs": int(time.time() * 1000),
@@ -250,10 +304,12 @@ class TxnSession:
                     "(topics.sink / topics.progress)"
                 )
 
-    def _read_progress(self) -> int | None:
+    def _read_progress(self) -> tuple[int | None, str]:
+        """The last committed batchId of this query and the run id that committed it."""
         cfg = self.config
         key = cfg.query_id.encode()
         last: int | None = None
+        run_id = ""
         with TopicReader(
             cfg.consumer_conf,
             cfg.progress_topic,
@@ -264,14 +320,16 @@ class TxnSession:
                 if rec.key != key:
                     continue
                 try:
-                    batch = int(json.loads(rec.value or b"")["batchId"])
+                    marker = json.loads(rec.value or b"")
+                    batch = int(marker["batchId"])
                 except (ValueError, KeyError, TypeError) as exc:
                     raise SinkError(
                         f"progress marker {rec.where} for query {cfg.query_id} is unreadable "
                         f"({exc}); it was not written by ipcount"
                     ) from exc
-                last = batch if last is None else max(last, batch)
-        return last
+                if last is None or batch >= last:
+                    last, run_id = batch, str(marker.get("runId", ""))
+        return last, run_id
 
     def _call(self, op: str, fn: Callable[[float], T], batch_id: int | None = None) -> T:
         """Run one transactional API call, classifying its Kafka errors: retriable -> retry with
@@ -358,6 +416,11 @@ class TxnSession:
         self._producer = None
         self._in_transaction = False
         self.last_committed = None
+
+
+def _is_fenced(exc: FatalKafkaError) -> bool:
+    err = exc.kafka_error
+    return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
 
 
 def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None) -> None:

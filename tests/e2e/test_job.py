@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -208,3 +209,69 @@ def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
     last = verify.stdout.strip().splitlines()[-1]
     assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
     assert f"results={len(ledger.counts)}" in last
+
+
+def test_dead_letter_query_writes_each_malformed_record_once(spark, make_settings) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings("job.dead_letter=true", "job.max_record_bytes=512")
+    ensure_topics(settings)
+    bad = [
+        b"not an access record",
+        format_record("999.1.1.1", T0).encode(),
+        b"\xff\xfe" + format_record(B, T0).encode(),
+        format_record(A, T0, path="/" + "x" * 600).encode(),  # over job.max_record_bytes
+    ]
+    _produce(settings, [(0, A, 0), (1, B, 1_000)] + [(i % 3, raw, 0) for i, raw in enumerate(bad)])
+    for _ in range(2):  # the second run has nothing new: nothing may be written twice
+        queries = start_job(spark, settings, available_now=True)
+        assert queries.dead_letter is not None
+        try:
+            for q in queries.all():
+                q.awaitTermination(240)
+                assert q.exception() is None, q.exception()
+        finally:
+            for q in queries.all():
+                q.stop()
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.dead_letter) as reader:
+        got = sorted(rec.value for rec in reader.read_to_end(30))
+    assert got == sorted(bad)
+    assert _results(settings) == Counter({(0, A, 1): 1, (0, B, 1): 1})
+
+
+def test_ipcount_run_stops_cleanly_on_sigterm(make_settings) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings("job.trigger_interval_seconds=0.5")
+    ensure_topics(settings)
+    _produce(settings, [(0, A, 0)])
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
+        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
+        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
+        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+        "IPCOUNT_SPARK_MASTER": "local[2]",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ipcount", "run"],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stderr:
+            lines.append(line)
+            if "ipcount batch 0:" in line or time.monotonic() > deadline:
+                break
+        assert any("ipcount batch 0:" in line for line in lines), "".join(lines[-30:])
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, rest[-3000:]
+    assert "received SIGTERM: stopping" in rest

@@ -194,20 +194,45 @@ def test_kill9_then_restart_with_same_query_id(
 
 
 def test_zombie_writer_is_fenced(sink_settings: Settings) -> None:
-    cfg = _config(sink_settings)
-    old = TxnSession(cfg)
+    base = _config(sink_settings)
+    old = TxnSession(dataclasses.replace(base, run_id="0000000001000-aaaaaaaa"))
     old.commit_batch(0, _records(_results(0, 5)))
-    new = TxnSession(cfg)
-    new.start()  # a second driver with the same checkpoint / transactional.id
+    # A second job on the same checkpoint / transactional.id, started later.
+    new = TxnSession(dataclasses.replace(base, run_id="0000000002000-bbbbbbbb"))
+    new.start()  # fences the old producer
     assert new.last_committed == 0
+    # The newer job has committed nothing yet, so the fenced old one cannot tell it is the
+    # zombie: it re-initialises (fencing the new one) and commits batch 1 exactly once.
+    assert old.commit_batch(1, _records(_results(1, 5))).status == "committed"
+    # The new job, fenced in turn, re-initialises, sees batch 1 committed and skips its replay.
+    assert new.commit_batch(1, _records(_results(1, 5))).status == "replay"
+    assert new.commit_batch(2, _records(_results(2, 7))).status == "committed"
+    # Now a newer run's marker is there: the old job learns it is the zombie and stops.
     with pytest.raises(FatalKafkaError) as info:
-        old.commit_batch(1, _records(_results(1, 5)))
+        old.commit_batch(2, _records(_results(2, 7)))
     text = str(info.value)
-    assert "fenced" in text and cfg.transactional_id in text and "same checkpoint" in text
+    assert "newer job" in text and base.transactional_id in text and "same checkpoint" in text
     assert not old.started
-    assert new.commit_batch(1, _records(_results(1, 7))).status == "committed"
+    assert new.commit_batch(3, _records(_results(3, 2))).status == "committed"
+    for isolation in ("read_committed", "read_uncommitted"):
+        got = _read(sink_settings, isolation)
+        want = _results(0, 5) + _results(1, 5) + _results(2, 7) + _results(3, 2)
+        assert sorted(got, key=str) == sorted(want, key=str), isolation
+
+
+def test_sibling_workers_of_one_job_take_turns(sink_settings: Settings) -> None:
+    """Spark may run one query's commits in different reused Python workers of the same job:
+    each has its own producer for the transactional.id and fences the other. Not a zombie."""
+    cfg = dataclasses.replace(_config(sink_settings), run_id="0000000001000-cccccccc")
+    a, b = TxnSession(cfg), TxnSession(cfg)
+    assert a.commit_batch(0, _records(_results(0, 3))).status == "committed"
+    assert b.commit_batch(1, _records(_results(1, 3))).status == "committed"
+    assert a.commit_batch(2, _records(_results(2, 3))).status == "committed"
+    assert b.commit_batch(2, _records(_results(2, 3))).status == "replay"
+    assert b.commit_batch(3, _records(_results(3, 3))).status == "committed"
     got = _read(sink_settings)
-    assert sorted(got, key=str) == sorted(_results(0, 5) + _results(1, 7), key=str)
+    want = _results(0, 3) + _results(1, 3) + _results(2, 3) + _results(3, 3)
+    assert sorted(got, key=str) == sorted(want, key=str)
 
 
 def test_transaction_timeout_above_broker_maximum(sink_settings: Settings) -> None:

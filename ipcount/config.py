@@ -28,6 +28,18 @@ __all__ = [
 ]
 
 ENV_PREFIX = "IPCOUNT_"
+# IPCOUNT_* env vars that are not settings: the config file, log levels, fault injection
+# (ipcount.faults; the chaos suite sets them for `ipcount run`).
+_NOT_SETTINGS = frozenset(
+    {
+        "IPCOUNT_CONFIG",
+        "IPCOUNT_LOG_LEVEL",
+        "IPCOUNT_SPARK_LOG_LEVEL",
+        "IPCOUNT_FAULTS",
+        "IPCOUNT_FAULTS_PGID",
+        "IPCOUNT_FAULTS_LOG",
+    }
+)
 # Keys whose values never appear in repr or logs.
 _SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.pem", "credentials")
 
@@ -235,7 +247,7 @@ def load_settings(
 
     environ = os.environ if env is None else env
     for name, value in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX) or name in ("IPCOUNT_CONFIG", "IPCOUNT_LOG_LEVEL"):
+        if not name.startswith(ENV_PREFIX) or name in _NOT_SETTINGS:
             continue
         if name.startswith("IPCOUNT_TEST_"):
             continue

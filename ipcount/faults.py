@@ -9,7 +9,15 @@ import signal
 
 from ipcount.errors import ConfigError
 
-__all__ = ["ENV_VAR", "PGID_ENV_VAR", "POINTS", "parse_faults", "fault_point", "pin_process_group"]
+__all__ = [
+    "ENV_VAR",
+    "PGID_ENV_VAR",
+    "LOG_ENV_VAR",
+    "POINTS",
+    "parse_faults",
+    "fault_point",
+    "pin_process_group",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +26,8 @@ ENV_VAR = "IPCOUNT_FAULTS"
 # daemon, which makes its own process group: killing that group leaves the driver JVM alive.
 # The driver pins its own group here before Spark starts, so a fault kills the whole job.
 PGID_ENV_VAR = "IPCOUNT_FAULTS_PGID"
+# Optional file a fault point appends its line to before the SIGKILL (the chaos runner's job log).
+LOG_ENV_VAR = "IPCOUNT_FAULTS_LOG"
 POINTS = frozenset(
     {
         # Records and the progress marker are produced inside the open transaction, not committed.
@@ -82,4 +92,21 @@ def fault_point(name: str, batch_id: int) -> None:
     logger.error("fault injection: %s@%d: SIGKILL to process group %d", name, batch_id, group)
     for handler in logging.getLogger().handlers:
         handler.flush()
+    _record(f"fault injection: {name}@{batch_id}: SIGKILL to process group {group}\n")
     os.killpg(group, signal.SIGKILL)
+
+
+def _record(line: str) -> None:
+    # A Python worker's stderr reaches the log through a JVM thread that the SIGKILL below kills
+    # too, so the logged line is often lost: append it to IPCOUNT_FAULTS_LOG (if set) directly.
+    path = os.environ.get(LOG_ENV_VAR, "")
+    if not path:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        logger.exception("cannot record the fault in %s", path)

@@ -1,5 +1,6 @@
-"""The `loadgen` command line: `loadgen serve` (website writing access records) and `loadgen synth`
-(synthetic records straight to Kafka). Settings load like `ipcount`'s (--config, --set, env).
+"""The `loadgen` command line: `loadgen serve` (website writing access records), `loadgen synth`
+(synthetic records straight to Kafka) and `loadgen bench` (pipeline benchmarks). Settings load like
+`ipcount`'s (--config, --set, env).
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ledger", metavar="FILE", help="write the ground-truth ledger here")
     s.add_argument("--batch-size", type=int, default=10_000, help=argparse.SUPPRESS)
     s.set_defaults(func=_run_synth)
+    from loadgen.bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -1,0 +1,189 @@
+"""Where a benchmarked run's time went, from Spark's progress events and its event log (bench
+process, after the run): per-phase sums, executor stages, state store, memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PhaseTotals", "StageTotals", "phase_totals", "stage_totals", "event_log_conf"]
+
+_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def event_log_conf(directory: Path) -> dict[str, str]:
+    """Spark settings that write an uncompressed event log into `directory` (created here)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.dir": directory.resolve().as_uri(),
+    }
+
+
+@dataclass
+class PhaseTotals:
+    """Sums over the micro-batches of one query (seconds unless named otherwise)."""
+
+    batches: int = 0
+    data_batches: int = 0
+    input_rows: int = 0
+    trigger: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    state_updates: float = 0.0
+    state_removals: float = 0.0
+    state_commit: float = 0.0
+    state_rows_peak: int = 0
+    state_memory_peak: int = 0
+    late_rows: int = 0
+    data_trigger: float = 0.0
+
+    @property
+    def batch_rate(self) -> float:
+        """Input rows per second of data-batch time (excludes time between batches)."""
+        return self.input_rows / self.data_trigger if self.data_trigger > 0 else 0.0
+
+
+def _ms(d: dict[str, Any], key: str) -> float:
+    try:
+        return float(d.get(key) or 0) / 1000
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:
+    """Sum durationMs phases and stateOperators figures over progress events."""
+    t = PhaseTotals(phases={p: 0.0 for p in _PHASES})
+    for p in progress:
+        t.batches += 1
+        rows = int(p.get("numInputRows") or 0)
+        durations = p.get("durationMs") or {}
+        trigger = _ms(durations, "triggerExecution")
+        t.trigger += trigger
+        t.input_rows += rows
+        if rows:
+            t.data_batches += 1
+            t.data_trigger += trigger
+        for phase in _PHASES:
+            t.phases[phase] += _ms(durations, phase)
+        for op in p.get("stateOperators") or []:
+            t.state_updates += _ms(op, "allUpdatesTimeMs")
+            t.state_removals += _ms(op, "allRemovalsTimeMs")
+            t.state_commit += _ms(op, "commitTimeMs")
+            t.late_rows += int(op.get("numRowsDroppedByWatermark") or 0)
+        t.state_rows_peak = max(
+            t.state_rows_peak, sum(int(op.get("numRowsTotal") or 0) for op in p["stateOperators"])
+        )
+        t.state_memory_peak = max(
+            t.state_memory_peak,
+            sum(int(op.get("memoryUsedBytes") or 0) for op in p["stateOperators"]),
+        )
+    return t
+
+
+@dataclass
+class StageTotals:
+    """Executor-side figures from the event log, by stage kind: `map` stages read the source,
+    parse and pre-aggregate (they write shuffle output); `reduce` stages run the state store and
+    the sink's executor side (encode). Seconds; bytes for Python traffic."""
+
+    jobs_wall: float = 0.0
+    # Driver time inside the batches' SQL executions before their first Spark job (planning the
+    # source's partitions, creating the sink writer) and after their last one (the sink's
+    # driver-side commit: one Kafka transaction).
+    driver_before: float = 0.0
+    driver_after: float = 0.0
+    wall: dict[str, float] = field(default_factory=dict)
+    task_run: dict[str, float] = field(default_factory=dict)
+    task_cpu: dict[str, float] = field(default_factory=dict)
+    gc: float = 0.0
+    python_sent: int = 0
+    python_returned: int = 0
+    shuffle_write: float = 0.0
+    tasks: int = 0
+    found: bool = False
+
+
+def _events(directory: Path) -> Iterable[dict[str, Any]]:
+    for path in sorted(directory.rglob("events_*")) + sorted(directory.glob("local-*")):
+        if path.suffix in (".zstd", ".lz4", ".snappy", ".crc"):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def stage_totals(directory: Path) -> StageTotals:
+    """Parse the (uncompressed) event log(s) under `directory`."""
+    out = StageTotals(wall={}, task_run={}, task_cpu={})
+    kinds: dict[int, str] = {}
+    stage_wall: dict[int, float] = {}
+    job_start: dict[int, int] = {}
+    tasks: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    job_exec: dict[int, int] = {}
+    exec_span: dict[int, list[int]] = {}
+    exec_jobs: dict[int, list[int]] = {}
+    for ev in _events(directory):
+        kind = str(ev.get("Event"))
+        if kind == "SparkListenerJobStart":
+            job_start[ev["Job ID"]] = ev["Submission Time"]
+            exec_id = (ev.get("Properties") or {}).get("spark.sql.execution.id")
+            if exec_id is not None:
+                job_exec[ev["Job ID"]] = int(exec_id)
+                exec_jobs.setdefault(int(exec_id), []).append(ev["Submission Time"])
+        elif kind == "SparkListenerJobEnd" and ev["Job ID"] in job_start:
+            out.jobs_wall += (ev["Completion Time"] - job_start[ev["Job ID"]]) / 1000
+            if ev["Job ID"] in job_exec:
+                exec_jobs[job_exec[ev["Job ID"]]].append(ev["Completion Time"])
+        elif kind.endswith("SparkListenerSQLExecutionStart"):
+            exec_span[ev["executionId"]] = [ev["time"], ev["time"]]
+        elif kind.endswith("SparkListenerSQLExecutionEnd") and ev["executionId"] in exec_span:
+            exec_span[ev["executionId"]][1] = ev["time"]
+        elif kind == "SparkListenerStageCompleted":
+            info = ev["Stage Info"]
+            if info.get("Submission Time") and info.get("Completion Time"):
+                stage_wall[info["Stage ID"]] = (
+                    info["Completion Time"] - info["Submission Time"]
+                ) / 1000
+        elif kind == "SparkListenerTaskEnd":
+            names = {
+                a.get("Name"): a.get("Update") for a in ev["Task Info"].get("Accumulables", [])
+            }
+            tasks.append((ev["Stage ID"], ev.get("Task Metrics") or {}, names))
+            if "time to commit changes" in names:
+                kinds[ev["Stage ID"]] = "reduce"
+            elif "shuffle write time" in names:
+                kinds.setdefault(ev["Stage ID"], "map")
+    for stage, metrics, names in tasks:
+        kind = kinds.get(stage, "other")
+        out.found = True
+        out.tasks += 1
+        out.task_run[kind] = (
+            out.task_run.get(kind, 0.0) + metrics.get("Executor Run Time", 0) / 1000
+        )
+        out.task_cpu[kind] = out.task_cpu.get(kind, 0.0) + metrics.get("Executor CPU Time", 0) / 1e9
+        out.gc += metrics.get("JVM GC Time", 0) / 1000
+        out.python_sent += _int(names.get("data sent to Python workers"))
+        out.python_returned += _int(names.get("data returned from Python workers"))
+        out.shuffle_write += _int(names.get("shuffle write time")) / 1e9
+    for exec_id, times in exec_jobs.items():
+        if exec_id in exec_span:
+            begin, end = exec_span[exec_id]
+            out.driver_before += max(0, min(times) - begin) / 1000
+            out.driver_after += max(0, end - max(times)) / 1000
+    for stage, wall in stage_wall.items():
+        kind = kinds.get(stage, "other")
+        out.wall[kind] = out.wall.get(kind, 0.0) + wall
+    return out
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0

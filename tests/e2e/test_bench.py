@@ -1,0 +1,54 @@
+"""`loadgen bench` at a tiny size: pre-load, the real job (AvailableNow) in its own process,
+verification, the start-up/phase/memory lines and the final exact=true line."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from loadgen.bench_latency import percentile
+from loadgen.bench_scaling import parse_variant
+
+ROOT = Path(__file__).resolve().parents[2]
+FINAL = re.compile(
+    r"^bench: records=(\d+) seconds=(\d+\.\d+) events_per_s=(\d+) results=(\d+) exact=(true|false)$"
+)
+
+
+def test_bench_prints_exact_final_line(bootstrap: str) -> None:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "loadgen", "--config", str(ROOT / "conf" / "ipcount.toml"),
+            "--log-level", "WARNING", "--set", "spark.master=local[2]",
+            "bench", "--records", "6000", "--bootstrap", bootstrap, "--ips", "300",
+        ],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    match = FINAL.match(out[-1])
+    assert match, out[-1]
+    records, seconds, rate, results, exact = match.groups()
+    assert (records, exact) == ("6000", "true")
+    assert float(seconds) > 0 and int(rate) > 0 and int(results) > 0
+    text = "\n".join(out)
+    assert re.search(r"^bench: startup_s=\d+\.\d .* first_batch_s=\d+\.\d", text, re.M), text
+    assert re.search(r"^bench: phases_s latestOffset=.* addBatch=\d+\.\d", text, re.M), text
+    assert re.search(
+        r"^bench: addBatch_s=\S+ map_stages_s=\d+\.\d .* driver_after_jobs_s=\d", text, re.M
+    ), text
+    assert re.search(r"^bench: peak_rss_MB jvm=[1-9]\d* python_driver=[1-9]", text, re.M), text
+    assert f"results={results} missing=0 duplicates=0 wrong=0 exact=true" in text
+
+
+def test_bench_helpers() -> None:
+    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
+    assert percentile([3.0, 1.0, 2.0, 4.0], 99) == 4.0
+    cell = parse_variant("ab:partitions=6,ips=10,spark.shuffle_partitions=2,env.PYTHONPATH=/x")
+    assert (cell.name, cell.partitions, cell.ips) == ("ab", 6, 10)
+    assert cell.settings == ("spark.shuffle_partitions=2",)
+    assert cell.env == (("PYTHONPATH", "/x"),)

@@ -1,0 +1,251 @@
+"""The job on a Spark standalone cluster (a master and two workers on 127.0.0.1) through spark-submit,
+both ways of shipping the code: installed on every node (run through the container entry point) and
+a zip passed with --py-files to an interpreter that has the dependencies but not ipcount."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from confluent_kafka import Producer
+
+from ipcount.accesslog import format_record
+from ipcount.cluster import StandaloneCluster, spark_home
+from ipcount.config import Settings
+from ipcount.ledger import Ledger
+from ipcount.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = 1_795_341_600_000  # a multiple of 5000
+RUN_TIMEOUT = 240  # a guard for loaded machines; a run takes ~40-100 s
+IPS = [f"172.16.0.{i}" for i in range(1, 13)] + ["fd00::a", "fd00::b"]
+
+
+def _produce(settings: Settings, ledger: Ledger, start_ms: int, n: int) -> None:
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
+    for i in range(n):
+        ip = IPS[i % len(IPS)]
+        ms = T0 + start_ms + (i * 53) % 25_000
+        value = format_record(ip, ms).encode()
+        producer.produce(settings.topics.source, value=value, partition=i % 3, timestamp=ms)
+        ledger.add(ms, ip)
+    assert producer.flush(10) == 0
+
+
+def _settings_env(settings: Settings) -> dict[str, str]:
+    return {
+        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
+        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
+        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
+        "IPCOUNT_TOPICS_LATE": settings.topics.late,
+        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
+        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+    }
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> str:
+    """Run a spark-submit (its own process group, killed on timeout); assert it exits 0.
+
+    Returns its output (the driver's Python logging arrives on spark-submit's stdout).
+    """
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text(errors="replace")
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("at ")]
+    assert proc.returncode == 0, f"exit {proc.returncode} ({log}):\n" + "\n".join(lines[-60:])
+    return text
+
+
+def _bare_interpreter(where: Path) -> Path:
+    """A venv that sees this venv's packages (pyspark, confluent-kafka, ...) but not ipcount: a node
+    with the dependencies installed and the job's code shipped by --py-files only."""
+    subprocess.run(
+        [
+            getattr(sys, "_base_executable", sys.executable),
+            "-m",
+            "venv",
+            "--without-pip",
+            str(where),
+        ],
+        check=True,
+        timeout=60,
+    )
+    python = where / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # A plain path line: the editable-install hook in this venv's site-packages is not run.
+    Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def _event_log(events: Path, app_id: str) -> list[dict]:
+    files = [p for p in events.iterdir() if p.name.startswith(app_id)]
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+
+
+def _app_ids(events: Path) -> set[str]:
+    return {p.name.split(".")[0] for p in events.iterdir()}
+
+
+def _check_ran_on_workers(events: list[dict], cluster: StandaloneCluster) -> dict[str, int]:
+    """Executors ran on both workers and every task ran on an executor; returns tasks per worker."""
+    worker_of = {}  # executor id -> worker index, from the executor's log URL (worker web UI port)
+    ports = {w.webui_port: i for i, w in enumerate(cluster.workers)}
+    for e in events:
+        if e["Event"] == "SparkListenerExecutorAdded":
+            url = urlparse(e["Executor Info"]["Log Urls"]["stderr"])
+            assert url.hostname == "127.0.0.1", url
+            assert parse_qs(url.query)["executorId"] == [e["Executor ID"]]
+            worker_of[e["Executor ID"]] = ports[url.port]
+    assert sorted(worker_of.values()) == [0, 1], worker_of
+    tasks: Counter[int] = Counter()
+    for e in events:
+        if e["Event"] == "SparkListenerTaskEnd":
+            executor = e["Task Info"]["Executor ID"]
+            assert executor in worker_of, f"task ran on {executor!r}, not on a worker's executor"
+            tasks[worker_of[executor]] += 1
+    assert tasks[0] > 0 and tasks[1] > 0, tasks
+    return dict(tasks)
+
+
+def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    settings = make_settings()
+    ensure_topics(settings)
+    ledger = Ledger()
+    _produce(settings, ledger, 0, 3_000)
+
+    bare = _bare_interpreter(tmp_path / "bare")
+    no_ipcount = subprocess.run(
+        [str(bare), "-c", "import confluent_kafka, fastavro, pyarrow, pyspark, ipcount"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert "No module named 'ipcount'" in no_ipcount.stderr, no_ipcount.stderr
+    # The README's build command for the --py-files archive.
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "zipfile", "-c", str(dist / "ipcount.zip"), "ipcount"],
+        cwd=ROOT,
+        check=True,
+        timeout=60,
+    )
+
+    events = tmp_path / "events"
+    events.mkdir()
+    common = [
+        "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.executor.cores=1",
+        "--conf", "spark.cores.max=2",
+        "--conf", "spark.eventLog.enabled=true",
+        # One plain JSON-lines file per application (Spark 4 rolls and zstd-compresses by default).
+        "--conf", "spark.eventLog.rolling.enabled=false",
+        "--conf", "spark.eventLog.compress=false",
+        "--conf", f"spark.eventLog.dir=file://{events}",
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        **_settings_env(settings),
+        "SPARK_CONF_DIR": str(ROOT / "conf"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    cluster = StandaloneCluster(
+        tmp_path / "cluster", workers=2, cores=1, memory="1g", conf_dir=ROOT / "conf"
+    )
+    cluster.start()
+    print(f"cluster up after {time.monotonic() - started:.1f}s")
+    try:
+        # 1. Installed on every node (same interpreter path), through the container entry point.
+        _run(
+            [str(ROOT / "docker" / "entrypoint.sh"), "job", "--available-now"],
+            {
+                **env,
+                "PYSPARK_PYTHON": sys.executable,
+                "APP_DIR": str(ROOT),
+                "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml"),
+                "SPARK_MASTER_URL": cluster.master_url,
+                "SPARK_SUBMIT_EXTRA_ARGS": " ".join(common),
+            },
+            tmp_path,
+            tmp_path / "first.log",
+            RUN_TIMEOUT,
+        )
+        first_app = _app_ids(events)
+        print(f"installed route done after {time.monotonic() - started:.1f}s")
+        # --available-now closed every window so far: the next records are later in event time.
+        _produce(settings, ledger, 60_000, 3_000)
+        # 2. The code shipped with --py-files to nodes that only have the dependencies.
+        _run(
+            [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
+            + ["--py-files", str(dist / "ipcount.zip"), *common]
+            + [
+                str(ROOT / "ipcount" / "__main__.py"),
+                "--config",
+                str(ROOT / "conf" / "ipcount.toml"),
+            ]
+            + ["run", "--available-now"],
+            # PYTHONPATH too: the driver JVM's Python data source processes do not get --py-files.
+            {**env, "PYSPARK_PYTHON": str(bare), "PYTHONPATH": str(dist / "ipcount.zip")},
+            tmp_path,
+            tmp_path / "second.log",
+            RUN_TIMEOUT,
+        )
+        second_app = _app_ids(events) - first_app
+        print(f"--py-files route done after {time.monotonic() - started:.1f}s")
+    finally:
+        cluster.stop()
+
+    ledger.save(tmp_path / "ledger.jsonl")
+    verify = subprocess.run(
+        [sys.executable, "-m", "ipcount", "verify", "--ledger", str(tmp_path / "ledger.jsonl")],
+        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    last = verify.stdout.strip().splitlines()[-1]
+    assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
+    assert f"results={len(ledger.counts)}" in last
+
+    # Both applications really ran their tasks on the two workers' executors.
+    assert len(first_app) == 1 and len(second_app) == 1, (first_app, second_app)
+    for app in (*first_app, *second_app):
+        tasks = _check_ran_on_workers(_event_log(events, app), cluster)
+        print(f"{app}: tasks per worker {tasks}")
+        for work_dir in cluster.work_dirs:
+            executors = list((work_dir / app).iterdir())
+            assert len(executors) == 1, executors
+            stderr = (executors[0] / "stderr").read_text()
+            # The workers' SPARK_CONF_DIR gives their executors conf/log4j2.properties.
+            assert " INFO " not in stderr, stderr[:2000]
+            # --py-files: the archive was fetched into the executor's working dir.
+            shipped = (executors[0] / "ipcount.zip").is_file()
+            assert shipped == (app in second_app), (app, list(executors[0].iterdir()))
+    print(f"standalone cluster test: {time.monotonic() - started:.1f}s")

@@ -25,10 +25,9 @@ COPY pyproject.toml README.md ./
 COPY ipcount ./ipcount
 COPY loadgen ./loadgen
 COPY conf ./conf
-COPY docker/entrypoint.sh ./docker/entrypoint.sh
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install /opt/ipcount \
-    && chmod 0755 /opt/ipcount/docker/entrypoint.sh
+    && chmod 0755 /opt/ipcount/conf/docker-entrypoint.sh
 # The default settings; mount your own file over it (or point IPCOUNT_CONFIG elsewhere).
 COPY conf/ipcount.toml /etc/ipcount/ipcount.toml
 
@@ -54,5 +53,5 @@ VOLUME ["/var/lib/ipcount"]
 # a cluster (set spark.driver.port / spark.blockManager.port to them), 8080 `loadgen serve`.
 EXPOSE 4040 7078 7079 8080
 
-ENTRYPOINT ["/usr/bin/tini", "--", "/opt/ipcount/docker/entrypoint.sh"]
+ENTRYPOINT ["/usr/bin/tini", "--", "/opt/ipcount/conf/docker-entrypoint.sh"]
 CMD ["job"]

@@ -13,17 +13,14 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ipcount.broker import LocalBroker, free_port
+from ipcount.chaos_check import confirm_faults, crash_evidence
+from ipcount.chaos_env import ChaosEnv, ChaosError
 from ipcount.chaos_job import (
     JobProcess,
-    SynthProcess,
-    batch_ids,
     child_env,
     fault_spec,
     last_committed_batch,
     last_planned_batch,
-    progress_markers,
-    query_id,
 )
 from ipcount.chaos_plan import (
     AFTER_COMMIT,
@@ -37,10 +34,9 @@ from ipcount.chaos_plan import (
     ChaosReport,
     plan_events,
 )
-from ipcount.config import Settings, load_settings
+from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.ledger import Ledger
-from ipcount.topics import ensure_topics
 from ipcount.verify import VerifyReport, verify_sink
 
 __all__ = ["ChaosError", "ChaosRunner", "run_chaos"]
@@ -54,10 +50,6 @@ _WHY = {
     BEFORE_COMMIT: "killed inside the open transaction (records produced, not committed)",
     AFTER_COMMIT: "killed after the Kafka commit, before Spark's commit log",
 }
-
-
-class ChaosError(IpcountError):
-    """The chaos run could not carry on (a job that never starts, a generator that fails)."""
 
 
 class ChaosRunner:
@@ -77,105 +69,27 @@ class ChaosRunner:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
         self.events = plan_events(options.kills, options.broker_restarts, self.rng)
-        self.rate = options.effective_rate(len(self.events))
         self.tag = uuid.uuid4().hex[:8]
         self.run_dir = Path(options.work_dir).resolve() / f"run-{self.tag}"
         self.report = ChaosReport(self.seed, self.run_dir)
-        self.base = settings
         self.on_event, self.on_note = on_event, on_note
-        self.broker: LocalBroker | None = None
-        self.own_broker = False
+        self.env = ChaosEnv(
+            settings,
+            options,
+            seed=self.seed,
+            rate=options.effective_rate(len(self.events)),
+            run_dir=self.run_dir,
+            tag=self.tag,
+            on_note=on_note,
+        )
         self.job: JobProcess | None = None
-        self.synths: list[SynthProcess] = []
         self.faults_pending = True
-        self.synth_paused = False
         self.t0 = time.monotonic()
         self._exits_in_a_row = 0
 
-    # --- set-up ---------------------------------------------------------------------------
-
-    def _overrides(self, bootstrap: str) -> list[str]:
-        o, t = self.options, self.tag
-        return [
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"topics.source=chaos-{t}-source",
-            f"topics.sink=chaos-{t}-sink",
-            f"topics.progress=chaos-{t}-progress",
-            f"topics.late=chaos-{t}-late",
-            f"topics.dead_letter=chaos-{t}-dead-letter",
-            f"job.checkpoint_location={self.run_dir / 'checkpoint'}",
-            f"job.idle_timeout_seconds={o.idle_timeout_seconds:g}",
-            f"job.trigger_interval_seconds={o.trigger_interval_seconds:g}",
-            # Small Spark for a 2-core machine: two task threads, two state stores per batch.
-            "spark.master=local[2]",
-            "spark.shuffle_partitions=2",
-        ]
-
-    def _setup(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.options.use_configured_broker:
-            bootstrap = self.base.kafka.bootstrap_servers
-            b = self.base.broker
-            local = LocalBroker(b.data_dir, b.host, b.port)
-            # Only the local [broker] (`ipcount broker start`) can be restarted from here.
-            if local.status().running and local.bootstrap == bootstrap:
-                self.broker = local
-            elif BROKER_RESTART in self.events:
-                self.on_note(f"{bootstrap} is not the local [broker]: broker restarts skipped")
-                self.events = [e for e in self.events if e != BROKER_RESTART]
-        else:
-            self.broker = LocalBroker(self.run_dir / "broker", "127.0.0.1", free_port())
-            self.broker.start(timeout=self.base.broker.start_timeout_seconds)
-            self.own_broker = True
-            bootstrap = self.broker.bootstrap
-        sets = self._overrides(bootstrap)
-        config = [] if self.base.source_path == "defaults" else ["--config", self.base.source_path]
-        self.cli = [*config, *(a for s in sets for a in ("--set", s))]
-        path = None if self.base.source_path == "defaults" else self.base.source_path
-        self.settings = load_settings(path, overrides=sets, use_default_path=False)
-        ensure_topics(self.settings)
-        self.checkpoint = Path(self.settings.job.checkpoint_location)
-        self.on_note(
-            f"seed {self.seed}; broker {bootstrap}; topics chaos-{self.tag}-*; "
-            f"run dir {self.run_dir}"
-        )
-        self.on_note("plan: " + (", ".join(self.events) or "no faults"))
-
-    def _start_synth(self, count: int) -> None:
-        o, k = self.options, len(self.synths) + 1
-        self.synths.append(
-            SynthProcess(
-                self.cli,
-                count=count,
-                rate=self.rate,
-                seed=self.seed + k - 1,
-                ips=o.ips,
-                late_fraction=o.late_fraction,
-                malformed_fraction=o.malformed_fraction,
-                ledger=self.run_dir / f"ledger-{k}.jsonl",
-                log_path=self.run_dir / f"synth-{k}.log",
-                env=child_env(),
-            )
-        )
-        self.on_note(f"loadgen synth {k}: {count} records at {self.rate:.0f}/s from {o.ips} IPs")
-
-    def _check_synth(self) -> None:
-        """Fail on a failed generator; while faults remain, keep data flowing (fault points fire
-        only in batches with output, and a kill of an idle job proves little)."""
-        last = self.synths[-1]
-        if last.alive or self.synth_paused:
-            return
-        if not last.ok:
-            raise ChaosError(
-                f"loadgen synth failed (status {last.returncode}): "
-                f"{last.summary() or last.log_path.read_text(errors='replace')[-2000:]}"
-            )
-        remaining = self.options.records - sum(s.delivered() for s in self.synths)
-        if remaining > 0:
-            self._start_synth(remaining)
-        elif self.faults_pending:
-            self.on_note("traffic ran out before the last fault: more records")
-            self._start_synth(max(100, int(self.rate * self.options.seconds_per_fault)))
+    @property
+    def checkpoint(self) -> Path:
+        return self.env.checkpoint
 
     def _start_job(self, next_event: str | None) -> JobProcess:
         faults = armed = ""
@@ -187,7 +101,7 @@ class ChaosRunner:
             armed = f"; armed: {next_event} from batch {first}"
         self.report.job_starts += 1
         n = self.report.job_starts
-        argv = [sys.executable, "-m", "ipcount", *self.cli, "run"]
+        argv = [sys.executable, "-m", "ipcount", *self.env.cli, "run"]
         log = self.run_dir / f"job-{n}.log"
         job = JobProcess(argv, log, env=child_env(faults=faults, faults_log=log))
         job.committed_at_start = last_committed_batch(self.checkpoint)
@@ -201,7 +115,7 @@ class ChaosRunner:
         return time.monotonic() - self.t0
 
     def _tick(self) -> None:
-        self._check_synth()
+        self.env.check_synth(more=self.faults_pending)
         time.sleep(_POLL)
 
     def _sleep_alive(self, job: JobProcess, seconds: float) -> None:
@@ -293,29 +207,10 @@ class ChaosRunner:
         self._event(
             kind,
             fired.batch,
-            f"fired: {_WHY[kind]}; exit {job.returncode}; {self._evidence(kind, fired.batch)}",
+            f"fired: {_WHY[kind]}; exit {job.returncode}; "
+            + crash_evidence(self.env.settings, self.checkpoint, kind, fired.batch),
             injected=job.killed,
         )
-
-    def _evidence(self, kind: str, batch: int) -> str:
-        """What Spark's checkpoint and Kafka hold for the batch right after the crash."""
-        logged = "in" if batch in batch_ids(self.checkpoint / "commits") else "not in"
-        text = f"batch {logged} Spark's commit log"
-        query = query_id(self.checkpoint)
-        if query is None:
-            return text
-        try:
-            if kind == AFTER_COMMIT:
-                # No transaction is open after the commit: read_committed reads to the end.
-                seen = progress_markers(self.settings, query, "read_committed")
-                where = "committed in Kafka" if batch in seen else "NOT committed in Kafka"
-            else:
-                # read_committed would wait behind the open transaction: look at it uncommitted.
-                seen = progress_markers(self.settings, query, "read_uncommitted")
-                where = "marker in an open transaction" if batch in seen else "no marker in Kafka"
-        except IpcountError as exc:
-            return f"{text}; progress topic unreadable: {exc}"
-        return f"{text}, {where}"
 
     def _restart_broker(self, job: JobProcess) -> JobProcess | None:
         """Stop and start the broker while the job runs; the job if it carried on, else None.
@@ -330,25 +225,20 @@ class ChaosRunner:
         restart) and the broker stops right after a micro-batch's commit, when the job has no
         transaction in flight. The job may still die meanwhile; the runner then restarts it.
         """
-        if self.broker is None:
+        if self.env.broker is None:
             return job
         job = self._ready_then_wait(job, BROKER_RESTART, self.rng.uniform(0.5, 3.0))
-        self.synth_paused = True
-        self.synths[-1].stop()
+        self.env.pause_synth()
         before = last_committed_batch(self.checkpoint)
-        deadline = time.monotonic() + self.options.start_timeout_seconds
+        o = self.options
+        deadline = time.monotonic() + o.idle_timeout_seconds + 3 * o.trigger_interval_seconds + 30
         while job.alive and last_committed_batch(self.checkpoint) == before:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.02)
         before = last_committed_batch(self.checkpoint)
-        t = time.monotonic()
-        self.broker.stop()
-        time.sleep(self.options.broker_downtime_seconds)
-        self.broker.start(timeout=self.base.broker.start_timeout_seconds)
-        down = time.monotonic() - t
-        self.synth_paused = False
-        self._check_synth()
+        down = self.env.restart_broker()
+        self.env.resume_synth(more=self.faults_pending)
         deadline = time.monotonic() + self.options.start_timeout_seconds
         while job.alive and time.monotonic() < deadline:
             last = last_committed_batch(self.checkpoint)
@@ -370,8 +260,9 @@ class ChaosRunner:
     def run(self) -> ChaosReport:
         """Run the whole chaos round (broker and processes are stopped whatever happens)."""
         try:
-            self._setup()
-            self._start_synth(self.options.records)
+            self.events = self.env.open(self.events)
+            self.on_note("plan: " + (", ".join(self.events) or "no faults"))
+            self.env.start_synth(self.options.records)
             self._faults()
             self._finish()
         finally:
@@ -397,18 +288,18 @@ class ChaosRunner:
         self.faults_pending = False
 
     def _finish(self) -> None:
-        while any(s.alive for s in self.synths):
+        env = self.env
+        while env.generating:
             self._keep_job_running()
             self._tick()
-        self._check_synth()
-        ledgers = [s.ledger for s in self.synths]
-        ledger = Ledger.load_all(ledgers)
+        env.check_synth(more=False)
+        ledger = Ledger.load_all(env.ledgers)
         self.report.records = ledger.records
-        self.report.synth_summary = " | ".join(s.summary() for s in self.synths)
+        self.report.synth_summary = " | ".join(s.summary() for s in env.synths)
         self.report.verify_command = shlex.join(
-            ["ipcount", *self.cli, "verify", *(a for p in ledgers for a in ("--ledger", str(p)))]
+            ["ipcount", *env.cli, "verify", *(a for p in env.ledgers for a in ("--ledger", str(p)))]
         )
-        job_s = self.settings.job
+        job_s = env.settings.job
         flush = self.options.idle_timeout_seconds + job_s.window_seconds
         flush += job_s.watermark_delay_seconds
         self.on_note(f"traffic done ({ledger.records} records); waiting for the last windows")
@@ -423,6 +314,12 @@ class ChaosRunner:
             self.job.terminate()
         self.report.committed = self._verify(ledger, "read_committed")
         self.report.uncommitted = self._verify(ledger, "read_uncommitted")
+        good, bad = confirm_faults(env.settings, self.checkpoint, self.report.events)
+        self.report.confirmed, self.report.unconfirmed = good, bad
+        for line in good:
+            self.on_note(f"confirmed {line}")
+        for line in bad:
+            self.on_note(f"NOT confirmed {line}")
 
     def _keep_job_running(self) -> None:
         if self.job is not None and not self.job.alive:
@@ -430,7 +327,7 @@ class ChaosRunner:
 
     def _verify(self, ledger: Ledger, isolation: str, quiet: bool = False) -> VerifyReport | None:
         try:
-            return verify_sink(self.settings, ledger, isolation, deadline_seconds=60)
+            return verify_sink(self.env.settings, ledger, isolation, deadline_seconds=60)
         except IpcountError as exc:
             if not quiet:
                 raise
@@ -440,10 +337,7 @@ class ChaosRunner:
     def _cleanup(self) -> None:
         if self.job is not None:
             self.job.terminate(timeout=30)
-        for synth in self.synths:
-            synth.stop()
-        if self.broker is not None and self.own_broker:
-            self.broker.stop()
+        self.env.close()
 
 
 def run_chaos(

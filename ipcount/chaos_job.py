@@ -4,7 +4,6 @@ separate process group that can be SIGKILLed whole, the checkpoint's batch logs,
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -16,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ipcount.config import Settings
-from ipcount.consume import TopicReader
 from ipcount.faults import ENV_VAR as FAULTS_ENV_VAR
 from ipcount.faults import LOG_ENV_VAR, PGID_ENV_VAR
 from ipcount.ledger import Ledger
@@ -29,8 +26,6 @@ __all__ = [
     "batch_ids",
     "last_committed_batch",
     "last_planned_batch",
-    "query_id",
-    "progress_markers",
     "fault_spec",
     "find_fault_line",
     "child_env",
@@ -65,35 +60,6 @@ def last_planned_batch(checkpoint: str | Path) -> int | None:
     """The last batch in the checkpoint's offset log (written before the batch runs)."""
     ids = batch_ids(Path(checkpoint) / "offsets")
     return ids[-1] if ids else None
-
-
-def query_id(checkpoint: str | Path) -> str | None:
-    """The query id Spark keeps in a local checkpoint's `metadata` file (None before the first
-    start)."""
-    try:
-        text = (Path(checkpoint) / "metadata").read_text(encoding="utf-8")
-        return str(json.loads(text.splitlines()[0])["id"])
-    except (OSError, ValueError, KeyError, IndexError):
-        return None
-
-
-def progress_markers(settings: Settings, query: str, isolation: str) -> list[int]:
-    """Batch ids of the sink's progress markers for `query` that a reader with `isolation` sees.
-
-    With read_uncommitted this includes the marker of an open or aborted transaction (a
-    read_committed reader would wait behind an open one).
-    """
-    batches = []
-    with TopicReader(
-        settings.kafka.to_librdkafka("consumer"),
-        settings.topics.progress,
-        isolation=isolation,
-        topic_setting="topics.progress",
-    ) as reader:
-        for rec in reader.read_to_end(30):
-            if rec.key == query.encode():
-                batches.append(int(json.loads(rec.value or b"{}").get("batchId", -1)))
-    return batches
 
 
 def fault_spec(point: str, first_batch: int, span: int) -> str:

@@ -135,6 +135,9 @@ class ChaosReport:
     uncommitted: VerifyReport | None = None
     seconds: float = 0.0
     verify_command: str = ""
+    # Fired fault points whose effect the progress topic confirms at the end, and those it does not.
+    confirmed: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
 
     def count(self, kind: str, injected: bool = True) -> int:
         return sum(1 for e in self.events if e.kind == kind and e.injected == injected)
@@ -155,8 +158,8 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        """Exact output, and every planned fault was really injected."""
-        return self.exact and self.missed == 0
+        """Exact output, and every planned fault was injected and did what it should."""
+        return self.exact and self.missed == 0 and not self.unconfirmed
 
     @property
     def duplicates_prevented(self) -> int:
@@ -172,7 +175,9 @@ class ChaosReport:
             f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
             f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
             f"broker_restarts={self.count(BROKER_RESTART)} unplanned_exits={self.count(JOB_EXIT)} "
-            f"missed_faults={self.missed} job_starts={self.job_starts} records={self.records} "
+            f"missed_faults={self.missed} confirmed_faults={len(self.confirmed)} "
+            f"unconfirmed_faults={len(self.unconfirmed)} job_starts={self.job_starts} "
+            f"records={self.records} "
             f"results={results} duplicates_prevented={self.duplicates_prevented} "
             f"seconds={self.seconds:.0f} seed={self.seed}"
         )

@@ -94,6 +94,11 @@ def fault_point(name: str, batch_id: int) -> None:
         handler.flush()
     _record(f"fault injection: {name}@{batch_id}: SIGKILL to process group {group}\n")
     os.killpg(group, signal.SIGKILL)
+    # Still alive: this process is outside the pinned group (a pyspark daemon worker, e.g. the
+    # sink's commit, runs in the daemon's group). Without this it would carry on past the fault
+    # point, e.g. commit the transaction a sink.before_commit crash must leave open. Kill its
+    # own group too (the daemon and its workers: all part of the crashed job).
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def _record(line: str) -> None:

@@ -219,6 +219,10 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"python_workers={fmt_mb(m.workers)} ({m.max_workers} processes; forked workers share "
         f"pages) total={fmt_mb(m.total)} samples={m.samples}"
     )
+    lines.append(
+        f"bench: cpu_s jvm={m.cpu_jvm:.1f} python_workers={m.cpu_workers:.1f} "
+        f"python_driver={m.cpu_driver:.1f} (whole job process life, start-up included)"
+    )
     if verbose:
         for p in job.progress:
             d = p.get("durationMs") or {}
@@ -257,16 +261,19 @@ def validate(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """`loadgen bench`: dispatch to latency / scaling, else the throughput benchmark."""
+    from loadgen.bench_support import sigterm_as_interrupt
+
     validate(args)
-    if args.latency:
-        from loadgen.bench_latency import run_latency
+    with sigterm_as_interrupt():
+        if args.latency:
+            from loadgen.bench_latency import run_latency
 
-        return run_latency(args, settings)
-    if args.scaling or args.list_cells:
-        from loadgen.bench_scaling import run_scaling
+            return run_latency(args, settings)
+        if args.scaling or args.list_cells:
+            from loadgen.bench_scaling import run_scaling
 
-        return run_scaling(args, settings)
-    return run_throughput(args, settings)
+            return run_scaling(args, settings)
+        return run_throughput(args, settings)
 
 
 def run_throughput(args: argparse.Namespace, settings: Settings) -> int:

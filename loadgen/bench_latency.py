@@ -204,6 +204,7 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
         finish_job_child,
         fmt_mb,
         start_job_child,
+        stop_child,
         verify_run,
     )
 
@@ -282,13 +283,17 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
                 _finish_synth(phase)
             ledger = Ledger.load_all([p.ledger for p in phases])
             report = _await_exact(run_settings, ledger, verify_run, 120.0)
+        except BaseException:
+            stop_child(proc)
+            sampler.__exit__()
+            raise
         finally:
             watcher.stop()
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
             for phase in phases:
                 if phase.proc is not None and phase.proc.poll() is None:
                     phase.proc.terminate()
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # the job stops after its current micro-batch
         run = finish_job_child(proc, sampler, launched, result_path, log, 300)
         lines = _report(phases, watcher.received, run.result, delay, trigger, window, settle)
         for line in lines:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,8 @@ from loadgen.synth import SynthResult, run_synth
 
 __all__ = [
     "BenchEnv",
+    "sigterm_as_interrupt",
+    "stop_child",
     "JobRun",
     "MemoryPeaks",
     "MemorySampler",
@@ -171,6 +174,11 @@ class MemoryPeaks:
     total: int = 0
     max_workers: int = 0
     samples: int = 0
+    # CPU seconds (user + system) used by each role over the job process's life, from the last
+    # sample of every process seen: robust to other load on the machine, unlike wall time.
+    cpu_jvm: float = 0.0
+    cpu_driver: float = 0.0
+    cpu_workers: float = 0.0
 
 
 class MemorySampler:
@@ -182,6 +190,7 @@ class MemorySampler:
         self.pid = pid
         self.interval = interval
         self.peaks = MemoryPeaks()
+        self._cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
 
@@ -190,8 +199,18 @@ class MemorySampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(5)
+            totals = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+            for role, cpu in self._cpu.values():
+                totals[role] += cpu
+            p = self.peaks
+            p.cpu_jvm, p.cpu_driver, p.cpu_workers = (
+                totals["jvm"],
+                totals["driver"],
+                totals["workers"],
+            )
 
     def sample(self) -> None:
         try:
@@ -202,17 +221,25 @@ class MemorySampler:
         jvm = driver = workers = n_workers = 0
         for proc in procs:
             try:
-                rss = proc.memory_info().rss
-                name = proc.name()
+                with proc.oneshot():
+                    rss = proc.memory_info().rss
+                    name = proc.name()
+                    times = proc.cpu_times()
             except psutil.Error:
                 continue
             if proc.pid == self.pid:
                 driver += rss
+                role = "driver"
             elif name.startswith("java"):
                 jvm += rss
+                role = "jvm"
             elif name.startswith("python"):
                 workers += rss
                 n_workers += 1
+                role = "workers"
+            else:
+                continue
+            self._cpu[proc.pid] = (role, times.user + times.system)
         p = self.peaks
         p.jvm, p.driver = max(p.jvm, jvm), max(p.driver, driver)
         p.workers, p.max_workers = max(p.workers, workers), max(p.max_workers, n_workers)
@@ -294,6 +321,36 @@ def start_job_child(
     return proc, log
 
 
+def stop_child(proc: subprocess.Popen[bytes], grace: float = 60.0) -> None:
+    """SIGTERM (the job stops cleanly after its current micro-batch), SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, so a stopped benchmark still cleans up (job child,
+    generators, broker, temp dir)."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def finish_job_child(
     proc: subprocess.Popen[bytes],
     sampler: MemorySampler,
@@ -310,14 +367,14 @@ def finish_job_child(
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
         sampler.__exit__()
         raise IpcountError(f"the job did not finish within {timeout:g}s; log: {log}") from None
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): never leave the job running against a stopped broker.
+        stop_child(proc)
+        sampler.__exit__()
+        raise
     exited = time.time()
     sampler.__exit__()
     if not result_path.is_file():

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from ipcount.chaos_job import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,21 +74,8 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path) -> None:
     assert _field(out, "duplicates_prevented") >= 1, diag
     assert _field(out, "kills_survived") >= 3, diag
     assert _field(out, "missed_faults") == 0, diag
+    # At the end the progress topic shows the aborted and the rewritten copy of the batch killed
+    # at sink.before_commit, and a single commit of the batch killed at sink.after_commit.
+    assert _field(out, "confirmed_faults") == 2 and _field(out, "unconfirmed_faults") == 0, diag
     assert _field(out, "results") > 100, diag
-    assert re.search(r"records=(\d+)", last) and _field(last, "records") == _field(last, "results")
-
-
-@pytest.mark.parametrize("kills", [0])
-def test_chaos_without_faults_is_exact_and_has_nothing_to_prevent(
-    tmp_path: Path, kills: int
-) -> None:
-    # The baseline: no kills, no broker restart -> exact, and read_uncommitted sees the same.
-    run = _chaos(
-        tmp_path, "--records", "1500", "--rate", "150", "--kills", str(kills),
-        "--broker-restarts", "0", "--seed", "5", "--ips", "50",
-    )  # fmt: skip
-    diag = run.stdout[-4000:] + run.stderr[-3000:]
-    assert run.returncode == 0, diag
-    assert SUMMARY.search(run.stdout.strip().splitlines()[-1]), diag
-    assert _fault_lines(run.stdout) == [], diag
-    assert _field(run.stdout, "duplicates_prevented") == 0, diag
+    assert _field(last, "records") == _field(last, "results"), diag

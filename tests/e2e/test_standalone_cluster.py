@@ -1,6 +1,7 @@
 """The job on a Spark standalone cluster (a master and two workers on 127.0.0.1) through spark-submit,
-both ways of shipping the code: installed on every node (run through the container entry point) and
-a zip passed with --py-files to an interpreter that has the dependencies but not ipcount."""
+both ways of shipping the code: installed on every node (a continuous run through the container
+entry point, stopped by SIGTERM) and a zip passed with --py-files to an interpreter that has the
+dependencies but not ipcount (an --available-now run resuming from the same checkpoint)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ from urllib.parse import parse_qs, urlparse
 from confluent_kafka import Producer
 
 from ipcount.accesslog import format_record
+from ipcount.avro import make_codec
 from ipcount.cluster import StandaloneCluster, spark_home
 from ipcount.config import Settings
+from ipcount.consume import TopicReader, decode_records
 from ipcount.ledger import Ledger
 from ipcount.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_341_600_000  # a multiple of 5000
-RUN_TIMEOUT = 240  # a guard for loaded machines; a run takes ~40-100 s
+RUN_TIMEOUT = 240  # a guard for loaded machines; a run takes ~60-120 s on 2 busy cores
 IPS = [f"172.16.0.{i}" for i in range(1, 13)] + ["fd00::a", "fd00::b"]
 
 
@@ -49,27 +52,37 @@ def _settings_env(settings: Settings) -> dict[str, str]:
         "IPCOUNT_TOPICS_LATE": settings.topics.late,
         "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
         "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+        # 2 executor cores in all: one stateful task each per micro-batch.
+        "IPCOUNT_SPARK_SHUFFLE_PARTITIONS": "2",
     }
 
 
-def _run(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> str:
-    """Run a spark-submit (its own process group, killed on timeout); assert it exits 0.
-
-    Returns its output (the driver's Python logging arrives on spark-submit's stdout).
-    """
+def _start(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start a spark-submit in its own process group, output (driver logs included) to `log`."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+
+
+def _finish(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:
+    """Wait for a started run (killing its group on timeout); assert it exited 0; its output."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     text = log.read_text(errors="replace")
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("at ")]
     assert proc.returncode == 0, f"exit {proc.returncode} ({log}):\n" + "\n".join(lines[-60:])
     return text
+
+
+def _committed_results(settings: Settings) -> int:
+    """How many (window, ip) counts a read_committed reader sees in the sink topic."""
+    codec = make_codec(settings.sink.wire_format)
+    with TopicReader(settings.kafka.to_librdkafka("consumer"), settings.topics.sink) as reader:
+        return sum(1 for _ in decode_records(reader.read_to_end(30), codec))
 
 
 def _bare_interpreter(where: Path) -> Path:
@@ -180,9 +193,12 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
     cluster.start()
     print(f"cluster up after {time.monotonic() - started:.1f}s")
     try:
-        # 1. Installed on every node (same interpreter path), through the container entry point.
-        _run(
-            [str(ROOT / "docker" / "entrypoint.sh"), "job", "--available-now"],
+        # 1. Installed on every node (same interpreter path), through the container entry point,
+        # running continuously until every window of the first round is committed; then SIGTERM,
+        # as `docker stop` sends it: the entry point hands it to the Python driver, which stops
+        # the query cleanly.
+        job = _start(
+            [str(ROOT / "conf" / "docker-entrypoint.sh"), "job"],
             {
                 **env,
                 "PYSPARK_PYTHON": sys.executable,
@@ -193,14 +209,22 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
             },
             tmp_path,
             tmp_path / "first.log",
-            RUN_TIMEOUT,
         )
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while _committed_results(settings) < len(ledger.counts):
+            assert job.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "first round not committed in time"
+            time.sleep(2)
+        job.send_signal(signal.SIGTERM)
+        first_log = _finish(job, tmp_path / "first.log", 60)
+        assert "entrypoint: stopping the job (driver pid " in first_log
+        assert "received SIGTERM: stopping after the current micro-batch" in first_log
         first_app = _app_ids(events)
-        print(f"installed route done after {time.monotonic() - started:.1f}s")
-        # --available-now closed every window so far: the next records are later in event time.
+        print(f"installed route stopped after {time.monotonic() - started:.1f}s")
+        # Every window so far is closed: the next records are later in event time.
         _produce(settings, ledger, 60_000, 3_000)
         # 2. The code shipped with --py-files to nodes that only have the dependencies.
-        _run(
+        second = _start(
             [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
             + ["--py-files", str(dist / "ipcount.zip"), *common]
             + [
@@ -213,8 +237,8 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
             {**env, "PYSPARK_PYTHON": str(bare), "PYTHONPATH": str(dist / "ipcount.zip")},
             tmp_path,
             tmp_path / "second.log",
-            RUN_TIMEOUT,
         )
+        _finish(second, tmp_path / "second.log", RUN_TIMEOUT)
         second_app = _app_ids(events) - first_app
         print(f"--py-files route done after {time.monotonic() - started:.1f}s")
     finally:

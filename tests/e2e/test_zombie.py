@@ -56,7 +56,7 @@ def _wait(what: str, cond, timeout: float) -> None:  # type: ignore[no-untyped-d
 
 
 def test_zombie_job_is_fenced_and_output_stays_exact(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    settings = make_settings("job.idle_timeout_seconds=8", "job.trigger_interval_seconds=1")
+    settings = make_settings("job.idle_timeout_seconds=3", "job.trigger_interval_seconds=1")
     ensure_topics(settings)
     cli = _cli(settings)
     checkpoint = Path(settings.job.checkpoint_location)

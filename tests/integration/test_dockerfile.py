@@ -1,4 +1,4 @@
-"""Static checks of the Dockerfile, .dockerignore and docker/entrypoint.sh (Docker cannot run here):
+"""Static checks of the Dockerfile, .dockerignore and conf/docker-entrypoint.sh (Docker cannot run here):
 what the image copies exists and is not ignored, Java 17, non-root, the same spark-submit entry
 point as the README, settings env that ipcount accepts."""
 
@@ -17,7 +17,7 @@ import pytest
 from ipcount.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
+ENTRYPOINT = ROOT / "conf" / "docker-entrypoint.sh"
 # The job's entry file, its --config option and the `run` command: README and image must agree.
 SUBMIT_APP = re.compile(r"(\S*ipcount/__main__\.py)\S*\s+--config\s+(\S+)\s+run\b")
 
@@ -137,9 +137,9 @@ def test_ports_and_entrypoint() -> None:
     ).stdout
     assert "default 8080" in serve_help
     (entry,) = _args("ENTRYPOINT")
-    assert entry == '["/usr/bin/tini", "--", "/opt/ipcount/docker/entrypoint.sh"]'
+    assert entry == '["/usr/bin/tini", "--", "/opt/ipcount/conf/docker-entrypoint.sh"]'
     assert "tini" in next(r for r in _args("RUN") if "apt-get install" in r).split()
-    assert "docker/entrypoint.sh ./docker/entrypoint.sh" in _args("COPY")
+    assert "conf ./conf" in _args("COPY")  # the entry point is conf/docker-entrypoint.sh
     assert _args("CMD") == ['["job"]']
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ipcount.chaos_check import query_id
 from ipcount.chaos_job import (
     batch_ids,
     child_env,
@@ -15,7 +16,6 @@ from ipcount.chaos_job import (
     find_fault_line,
     last_committed_batch,
     last_planned_batch,
-    query_id,
 )
 from ipcount.chaos_plan import (
     AFTER_COMMIT,

@@ -217,6 +217,20 @@ class JobProcess:
         self.reap()
         return self.returncode
 
+    def freeze(self) -> None:
+        """SIGSTOP every process of the job (driver, JVM, Python workers): a zombie-to-be, like
+        a job behind a long GC pause, a frozen VM or a network partition."""
+        self._signal_session(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT every process of the job: it carries on where it was frozen."""
+        self._signal_session(signal.SIGCONT)
+
+    def _signal_session(self, sig: int) -> None:
+        for pid in session_processes(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
     def wait(self, timeout: float) -> int | None:
         """Wait up to `timeout` seconds for the driver to exit; its exit status or None."""
         try:

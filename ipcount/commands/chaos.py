@@ -11,7 +11,7 @@ from ipcount.config import Settings
 
 __all__ = ["register", "run", "ORDER"]
 
-ORDER = 40
+ORDER = 45
 
 _DESCRIPTION = (
     "Start a local broker (or use the configured one), fresh topics, `loadgen synth` and the "

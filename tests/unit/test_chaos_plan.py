@@ -113,3 +113,17 @@ def test_report_counts_and_contrast(tmp_path: Path) -> None:
     assert report.exact and not report.ok
     assert "kills_survived=2" in report.summary() and "duplicates_prevented=4" in report.summary()
     assert report.events[0].line().split()[1:3] == [KILL, "batch=3"]
+
+
+def test_fault_env_vars_are_not_settings() -> None:
+    # `ipcount run` under the chaos runner gets these; they must not be read as settings.
+    from ipcount.config import load_settings
+
+    env = {
+        "IPCOUNT_FAULTS": "sink.before_commit@3",
+        "IPCOUNT_FAULTS_PGID": "123",
+        "IPCOUNT_FAULTS_LOG": "/tmp/job.log",
+        "IPCOUNT_SPARK_LOG_LEVEL": "INFO",
+        "IPCOUNT_JOB_WINDOW_SECONDS": "10",
+    }
+    assert load_settings(None, env=env, use_default_path=False).job.window_seconds == 10

@@ -120,8 +120,17 @@ def test_zombie_jobs_on_one_checkpoint_are_stopped_and_output_stays_exact(
         stopped = successor if not successor.alive else twin
         outcome[f"live {stopped.name}"] = _why_stopped(stopped)
         survivor = twin if stopped is successor else successor
-        _wait("the survivor to carry on", lambda: committed() >= mark + 3, 300)
-        assert survivor.alive, survivor.log_tail()
+        _wait(
+            "the survivor to carry on (or stop too)",
+            lambda: committed() >= mark + 3 or not survivor.alive,
+            300,
+        )
+        if not survivor.alive:
+            # Possible in a close race: the stopped job had committed a newer marker, so the
+            # other stops at its next fenced commit. Safe (nothing written twice): restart.
+            outcome[f"live {survivor.name}"] = _why_stopped(survivor)
+            survivor = start("third")
+            _wait("a fresh start to carry on", lambda: committed() >= mark + 3, 300)
 
         synth.stop()
         assert synth.ok, synth.log_path.read_text()[-2000:]

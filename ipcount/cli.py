@@ -15,19 +15,13 @@ from ipcount import logging as ipcount_logging
 from ipcount.config import load_settings
 from ipcount.errors import IpcountError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "add_settings_options"]
 
 logger = logging.getLogger(__name__)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every command module's subcommand registered."""
-    parser = argparse.ArgumentParser(
-        prog="ipcount",
-        description="Exactly-once per-IP request counts in event-time windows, "
-        "Kafka to Kafka on Spark.",
-    )
-    parser.add_argument("--version", action="version", version=f"ipcount {__version__}")
+def add_settings_options(parser: argparse.ArgumentParser) -> None:
+    """The options every ipcount/loadgen command line shares: --config, --set, --log-level."""
     parser.add_argument(
         "-c",
         "--config",
@@ -44,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--set kafka.client.security.protocol=SASL_SSL (repeatable)",
     )
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every command module's subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="ipcount",
+        description="Exactly-once per-IP request counts in event-time windows, "
+        "Kafka to Kafka on Spark.",
+    )
+    parser.add_argument("--version", action="version", version=f"ipcount {__version__}")
+    add_settings_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = []
     for info in pkgutil.iter_modules(ipcount.commands.__path__):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ipcount import logging as ipcount_logging
+from ipcount.cli import add_settings_options
 from ipcount.config import Settings, load_settings
 from ipcount.errors import ConfigError, IpcountError
 from loadgen.generator import SynthSpec, parse_start
@@ -26,20 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="loadgen",
         description="Generate nginx access records into the ipcount source topic.",
     )
-    parser.add_argument(
-        "-c",
-        "--config",
-        help="settings file (default: env IPCOUNT_CONFIG, else ./conf/ipcount.toml, else defaults)",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one setting, e.g. --set kafka.bootstrap_servers=host:9092 (repeatable)",
-    )
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    add_settings_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser(

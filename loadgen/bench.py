@@ -188,6 +188,10 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"batch done, incl. Python workers' start) batches={ph.batches} data_batches="
         f"{ph.data_batches} in_batch_events_per_s={ph.batch_rate:.0f} "
         f"stop_s={job.exited - job.result['run_ended']:.1f}",
+        f"bench: S_split_s query_init={_s(job.query_init_s)} (query start -> first batch "
+        f"begins: preflight, Spark's Python data source processes, initial offsets) "
+        f"batches={ph.trigger:.1f} (sum of triggerExecution) between_and_stop="
+        f"{_s(None if job.query_init_s is None else fig.seconds - job.query_init_s - ph.trigger)}",
         "bench: phases_s "
         + " ".join(f"{k}={v:.1f}" for k, v in ph.phases.items())
         + f" (sum of durationMs over batches; triggerExecution={ph.trigger:.1f})",
@@ -232,6 +236,10 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
             )
     lines.append(f"bench: verify {fig.verify}")
     return lines
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def final_line(fig: RunFigures) -> str:

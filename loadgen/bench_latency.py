@@ -353,11 +353,8 @@ def _report(
         hi = phase.start_ms + int((phase.duration - delay - trigger) * 1000)
         mine = [r for r in received if r.window_start >= lo and r.window_end <= hi]
         windows = {r.window_start for r in mine}
-        batches = [
-            p["durationMs"].get("triggerExecution", 0) / 1000
-            for at, p in progress
-            if lo / 1000 <= at <= hi / 1000 + delay + 2 * trigger
-        ]
+        in_phase = [p for at, p in progress if lo / 1000 <= at <= hi / 1000 + delay + 2 * trigger]
+        batches = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in in_phase]
         if not mine:
             lines.append(f"bench latency: rate={phase.rate:g}/s: no measured windows")
             continue
@@ -374,4 +371,14 @@ def _report(
             f"p99={percentile(lat, 99):.2f}s min={min(lat):.2f}s max={max(lat):.2f}s "
             f"(floor {floor:g}s) {batch_text}"
         )
+        if in_phase:
+            mean = {
+                k: sum(float(p["durationMs"].get(k, 0)) for p in in_phase) / len(in_phase) / 1000
+                for k in ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+            }
+            rows = sum(int(p.get("numInputRows") or 0) for p in in_phase) / len(in_phase)
+            lines.append(
+                f"bench latency:   rate={phase.rate:g}/s mean per batch: rows={rows:.0f} "
+                + " ".join(f"{k}={v:.2f}s" for k, v in mean.items())
+            )
     return lines

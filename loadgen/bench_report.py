@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PhaseTotals", "StageTotals", "phase_totals", "stage_totals", "event_log_conf"]
+__all__ = [
+    "PhaseTotals",
+    "StageTotals",
+    "batch_records",
+    "phase_totals",
+    "stage_totals",
+    "event_log_conf",
+]
 
 _PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
@@ -44,7 +51,8 @@ class PhaseTotals:
 
     @property
     def batch_rate(self) -> float:
-        """Input rows per second of data-batch time (excludes time between batches)."""
+        """Input rows per second of the time of batches with records (excludes the time between
+        batches and the flush batches)."""
         return self.input_rows / self.data_trigger if self.data_trigger > 0 else 0.0
 
 
@@ -53,6 +61,14 @@ def _ms(d: dict[str, Any], key: str) -> float:
         return float(d.get(key) or 0) / 1000
     except (TypeError, ValueError):
         return 0.0
+
+
+def batch_records(progress: dict[str, Any], rows: int | None = None) -> int:
+    """Access records in a batch (input rows minus heartbeats), from ipcount's observed metrics."""
+    observed = (progress.get("observedMetrics") or {}).get("ipcount_quality")
+    if isinstance(observed, dict) and "records" in observed:
+        return int(observed.get("records") or 0)
+    return int(progress.get("numInputRows") or 0) if rows is None else rows
 
 
 def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:
@@ -65,7 +81,7 @@ def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:
         trigger = _ms(durations, "triggerExecution")
         t.trigger += trigger
         t.input_rows += rows
-        if rows:
+        if batch_records(p, rows):
             t.data_batches += 1
             t.data_trigger += trigger
         for phase in _PHASES:

@@ -46,6 +46,7 @@ def default_cells() -> list[Cell]:
         Cell("maxOffsets=50k", settings=(f"{mopt}=50000",), axis="maxOffsetsPerTrigger"),
         Cell("maxOffsets=200k", settings=(f"{mopt}=200000",), axis="maxOffsetsPerTrigger"),
         Cell("maxOffsets=1M", settings=(f"{mopt}=1000000",), axis="maxOffsetsPerTrigger"),
+        Cell("minPartitions=6", settings=("job.min_partitions=6",), axis="read tasks"),
         Cell("shuffle=2", settings=("spark.shuffle_partitions=2",), axis="shuffle"),
         Cell("shuffle=8", settings=("spark.shuffle_partitions=8",), axis="shuffle"),
         Cell("store=hdfs", settings=("spark.state_store=hdfs",), axis="state store"),

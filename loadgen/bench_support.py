@@ -18,10 +18,9 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from ipcount.broker import LocalBroker, free_port
 from ipcount.config import Settings, load_settings
@@ -29,6 +28,8 @@ from ipcount.errors import ConfigError, IpcountError
 from ipcount.ledger import Ledger
 from ipcount.topics import ensure_topics
 from ipcount.verify import VerifyReport, verify_sink
+from loadgen.bench_memory import MemoryPeaks, MemorySampler
+from loadgen.bench_report import batch_records
 from loadgen.generator import SynthSpec
 from loadgen.synth import SynthResult, run_synth
 
@@ -48,7 +49,6 @@ __all__ = [
 
 # Historical event time for pre-loaded records: fixed, so runs are comparable (2026-01-01 UTC).
 DEFAULT_START_MS = 1_767_225_600_000
-_SAMPLE_SECONDS = 0.5
 
 
 @dataclass
@@ -165,93 +165,6 @@ def preload(
 
 
 @dataclass
-class MemoryPeaks:
-    """Peak RSS (bytes) of the job's process tree, by role, from periodic samples."""
-
-    jvm: int = 0
-    driver: int = 0
-    workers: int = 0
-    total: int = 0
-    max_workers: int = 0
-    samples: int = 0
-    # CPU seconds (user + system) used by each role over the job process's life, from the last
-    # sample of every process seen: robust to other load on the machine, unlike wall time.
-    cpu_jvm: float = 0.0
-    cpu_driver: float = 0.0
-    cpu_workers: float = 0.0
-
-
-class MemorySampler:
-    """Samples RSS of a process and its descendants in a thread: the root is the Python driver,
-    `java` processes are the driver JVM (local mode: executors too), other Pythons are Spark's
-    Python workers (summed; forked workers share pages, so the sum is an upper bound)."""
-
-    def __init__(self, pid: int, interval: float = _SAMPLE_SECONDS) -> None:
-        self.pid = pid
-        self.interval = interval
-        self.peaks = MemoryPeaks()
-        self._cpu: dict[int, tuple[str, float]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
-            self._thread.join(5)
-            totals = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
-            for role, cpu in self._cpu.values():
-                totals[role] += cpu
-            p = self.peaks
-            p.cpu_jvm, p.cpu_driver, p.cpu_workers = (
-                totals["jvm"],
-                totals["driver"],
-                totals["workers"],
-            )
-
-    def sample(self) -> None:
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return
-        jvm = driver = workers = n_workers = 0
-        for proc in procs:
-            try:
-                with proc.oneshot():
-                    rss = proc.memory_info().rss
-                    name = proc.name()
-                    times = proc.cpu_times()
-            except psutil.Error:
-                continue
-            if proc.pid == self.pid:
-                driver += rss
-                role = "driver"
-            elif name.startswith("java"):
-                jvm += rss
-                role = "jvm"
-            elif name.startswith("python"):
-                workers += rss
-                n_workers += 1
-                role = "workers"
-            else:
-                continue
-            self._cpu[proc.pid] = (role, times.user + times.system)
-        p = self.peaks
-        p.jvm, p.driver = max(p.jvm, jvm), max(p.driver, driver)
-        p.workers, p.max_workers = max(p.workers, workers), max(p.max_workers, n_workers)
-        p.total = max(p.total, jvm + driver + workers)
-        p.samples += 1
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-
-@dataclass
 class JobRun:
     """One run of the job child: its result file, timings (epoch s) and memory."""
 
@@ -274,10 +187,19 @@ class JobRun:
         return float(self.result["run_ended"]) - float(self.result["run_started"])
 
     @property
+    def query_init_s(self) -> float | None:
+        """Query start until its first micro-batch began (preflight checks, the query's start,
+        Spark's Python data source processes, initial offsets)."""
+        if not self.progress or not self.progress[0].get("timestamp"):
+            return None
+        began = datetime.fromisoformat(str(self.progress[0]["timestamp"])).timestamp()
+        return began - float(self.result["run_started"])
+
+    @property
     def first_batch_s(self) -> float | None:
         """Query start until the first micro-batch with input finished."""
         for ev in self.result.get("events", []):
-            if ev["event"] == "progress" and ev["progress"].get("numInputRows"):
+            if ev["event"] == "progress" and batch_records(ev["progress"]):
                 return float(ev["at"]) - float(self.result["run_started"])
         return None
 

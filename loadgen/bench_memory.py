@@ -1,0 +1,101 @@
+"""Memory and CPU of the benchmarked job's process tree, sampled with psutil in a thread of the
+bench process: peak RSS and CPU seconds by role (driver JVM, Python driver, Python workers).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import psutil
+
+__all__ = ["MemoryPeaks", "MemorySampler"]
+
+_SAMPLE_SECONDS = 0.5
+
+
+@dataclass
+class MemoryPeaks:
+    """Peak RSS (bytes) of the job's process tree, by role, from periodic samples."""
+
+    jvm: int = 0
+    driver: int = 0
+    workers: int = 0
+    total: int = 0
+    max_workers: int = 0
+    samples: int = 0
+    # CPU seconds (user + system) used by each role over the job process's life, from the last
+    # sample of every process seen: robust to other load on the machine, unlike wall time.
+    cpu_jvm: float = 0.0
+    cpu_driver: float = 0.0
+    cpu_workers: float = 0.0
+
+
+class MemorySampler:
+    """Samples RSS of a process and its descendants in a thread: the root is the Python driver,
+    `java` processes are the driver JVM (local mode: executors too), other Pythons are Spark's
+    Python workers (summed; forked workers share pages, so the sum is an upper bound)."""
+
+    def __init__(self, pid: int, interval: float = _SAMPLE_SECONDS) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peaks = MemoryPeaks()
+        self._cpu: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(5)
+            totals = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+            for role, cpu in self._cpu.values():
+                totals[role] += cpu
+            p = self.peaks
+            p.cpu_jvm, p.cpu_driver, p.cpu_workers = (
+                totals["jvm"],
+                totals["driver"],
+                totals["workers"],
+            )
+
+    def sample(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        jvm = driver = workers = n_workers = 0
+        for proc in procs:
+            try:
+                with proc.oneshot():
+                    rss = proc.memory_info().rss
+                    name = proc.name()
+                    times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            if proc.pid == self.pid:
+                driver += rss
+                role = "driver"
+            elif name.startswith("java"):
+                jvm += rss
+                role = "jvm"
+            elif name.startswith("python"):
+                workers += rss
+                n_workers += 1
+                role = "workers"
+            else:
+                continue
+            self._cpu[proc.pid] = (role, times.user + times.system)
+        p = self.peaks
+        p.jvm, p.driver = max(p.jvm, jvm), max(p.driver, driver)
+        p.workers, p.max_workers = max(p.workers, workers), max(p.max_workers, n_workers)
+        p.total = max(p.total, jvm + driver + workers)
+        p.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()

@@ -110,6 +110,7 @@ class JobSettings:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 500_000
     min_partitions: int = 0
+    max_records_per_partition: int = 0
     fail_on_data_loss: bool = True
     # Records longer than this are malformed (dead-lettered), never parsed.
     max_record_bytes: int = 8192
@@ -146,8 +147,8 @@ class SparkSettings:
 
     master: str = "local[*]"
     app_name: str = "ipcount"
-    # Fixed in the checkpoint at first start; 200 (Spark's default) is 3-4x slower here.
-    shuffle_partitions: int = 4
+    # Fixed in the checkpoint at first start; about one per executor core (see conf/ipcount.toml).
+    shuffle_partitions: int = 2
     # 'rocksdb' or 'hdfs' (Spark's default in-memory/HDFS-backed provider).
     state_store: str = "rocksdb"
     driver_memory: str = "2g"
@@ -474,6 +475,8 @@ def _validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) 
         fail("job", "max_offsets_per_trigger", "must be at least 1")
     if s.job.min_partitions < 0:
         fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
+    if s.job.max_records_per_partition < 0:
+        fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
     if s.job.max_record_bytes < 64:
         fail("job", "max_record_bytes", "must be at least 64")
     if s.sink.transaction_timeout_ms < 1000:

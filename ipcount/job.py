@@ -67,6 +67,8 @@ def source_options(settings: Settings, *, heartbeats: bool = True) -> dict[str, 
     }
     if job.min_partitions:
         opts["minPartitions"] = str(job.min_partitions)
+    if job.max_records_per_partition:
+        opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
     if heartbeats:
         opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
         opts["heartbeatMaxAdvanceMs"] = str(

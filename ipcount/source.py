@@ -11,11 +11,11 @@ after the previous heartbeat; Trigger.AvailableNow ends with one flush heartbeat
 Real records stop heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
-maxOffsetsPerTrigger, minPartitions, failOnDataLoss (default true), kafkaConsumer.pollTimeoutMs,
-idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000), heartbeatIntervalMs (1000), and
-kafka.* passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
-read_committed). Lag per partition is reported through reportLatestOffset (the Python API has no
-source-metrics hook).
+maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
+kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
+heartbeatIntervalMs (1000), and kafka.* passed to librdkafka (kafka.bootstrap.servers required;
+kafka.isolation.level defaults to read_committed). Lag per partition is reported through
+reportLatestOffset (the Python API has no source-metrics hook).
 """
 
 from __future__ import annotations
@@ -294,7 +294,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.warning(
                     "skipping %s/%d: offset moved back from %d to %d", *tp, begin.offsets[tp], pos
                 )
-        ranges = plan_ranges(begin.offsets, finish.offsets, self.options.min_partitions)
+        ranges = plan_ranges(
+            begin.offsets,
+            finish.offsets,
+            self.options.min_partitions,
+            self.options.max_records_per_partition,
+        )
         tasks = [KafkaInputPartition(rng) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:

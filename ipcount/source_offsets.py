@@ -191,26 +191,35 @@ def plan_ranges(
     start: Mapping[TopicPartitionKey, int],
     end: Mapping[TopicPartitionKey, int],
     min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
 ) -> list[OffsetRange]:
-    """The non-empty offset ranges between two offsets, split into at least `min_partitions` tasks.
+    """The non-empty offset ranges between two offsets, split into read tasks.
 
-    Like Spark's Kafka source: a range gets max(1, round(size / total * min_partitions)) tasks
-    (never more than its size) when min_partitions exceeds the number of ranges; otherwise one task
-    per topic partition. Partitions missing from `start` are new and start at 0; ranges whose end
-    lies before their start (data loss the driver already reported) are skipped.
+    Like Spark's Kafka source: one task per topic partition, unless
+    - min_partitions exceeds the number of ranges: a range then gets
+      max(1, round(size / total * min_partitions)) tasks;
+    - max_records_per_partition is set: a range gets at least ceil(size / max) tasks;
+    whichever asks for more, never more tasks than records, sizes as even as possible.
+    Partitions missing from `start` are new and start at 0; ranges whose end lies before their
+    start (data loss the driver already reported) are skipped.
     """
     ranges = [
         OffsetRange(topic, partition, start.get((topic, partition), 0), end[(topic, partition)])
         for topic, partition in sorted(end)
         if end[(topic, partition)] > start.get((topic, partition), 0)
     ]
-    if not min_partitions or min_partitions <= len(ranges):
+    spread = min_partitions if min_partitions and min_partitions > len(ranges) else 0
+    if not spread and not max_records_per_partition:
         return ranges
     total = sum(r.size for r in ranges)
     out: list[OffsetRange] = []
     for r in ranges:
-        # Round half up in integers: floor((2 * size * min + total) / (2 * total)).
-        parts = max(1, (2 * r.size * min_partitions + total) // (2 * total))
+        parts = 1
+        if spread:
+            # Round half up in integers: floor((2 * size * min + total) / (2 * total)).
+            parts = max(1, (2 * r.size * spread + total) // (2 * total))
+        if max_records_per_partition:
+            parts = max(parts, -(-r.size // max_records_per_partition))
         parts = min(parts, r.size)
         remaining, begin = r.size, r.start
         for i in range(parts):

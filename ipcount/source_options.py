@@ -19,6 +19,7 @@ _KNOWN = {
     "startingoffsets",
     "maxoffsetspertrigger",
     "minpartitions",
+    "maxrecordsperpartition",
     "failondataloss",
     "kafkaconsumer.polltimeoutms",
     "idletimeoutms",
@@ -68,6 +69,7 @@ class SourceOptions:
     kafka: dict[str, str] = field(repr=False)
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     idle_timeout_ms: int = 0
@@ -166,6 +168,9 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         kafka=kafka,
         max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None, 1),
         min_partitions=_int(opts, "minpartitions", "minPartitions", None, 1),
+        max_records_per_partition=_int(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition", None, 1
+        ),
         fail_on_data_loss=fail == "true",
         poll_timeout_ms=_int(
             opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs", 120_000, 1

@@ -47,7 +47,8 @@ def default_cells() -> list[Cell]:
         Cell("maxOffsets=200k", settings=(f"{mopt}=200000",), axis="maxOffsetsPerTrigger"),
         Cell("maxOffsets=1M", settings=(f"{mopt}=1000000",), axis="maxOffsetsPerTrigger"),
         Cell("minPartitions=6", settings=("job.min_partitions=6",), axis="read tasks"),
-        Cell("shuffle=2", settings=("spark.shuffle_partitions=2",), axis="shuffle"),
+        Cell("shuffle=1", settings=("spark.shuffle_partitions=1",), axis="shuffle"),
+        Cell("shuffle=4", settings=("spark.shuffle_partitions=4",), axis="shuffle"),
         Cell("shuffle=8", settings=("spark.shuffle_partitions=8",), axis="shuffle"),
         Cell("store=hdfs", settings=("spark.state_store=hdfs",), axis="state store"),
     ]

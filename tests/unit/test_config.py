@@ -101,6 +101,11 @@ def test_role_tables_do_not_leak_between_roles() -> None:
             ["sink.transaction_timeout_ms=10"],
             "sink.transaction_timeout_ms must be at least 1000",
         ),
+        (
+            {},
+            ["job.max_records_per_partition=-1"],
+            "job.max_records_per_partition must be 0 (no limit) or positive",
+        ),
         ({}, ["spark.state_store=memory"], "spark.state_store must be 'rocksdb' or 'hdfs'"),
         (
             {},

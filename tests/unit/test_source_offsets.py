@@ -137,6 +137,34 @@ def test_plan_ranges_never_splits_below_one_offset_and_spreads_round_off() -> No
     assert sizes == [3, 3, 4]
 
 
+def test_plan_ranges_max_records_per_partition_caps_every_task() -> None:
+    start = {("t", 0): 0, ("t", 1): 10, ("t", 2): 0}
+    end = {("t", 0): 250, ("t", 1): 110, ("t", 2): 7}
+    ranges = plan_ranges(start, end, max_records_per_partition=100)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [
+        (0, 0, 83),
+        (0, 83, 166),
+        (0, 166, 250),
+        (1, 10, 110),
+        (2, 0, 7),
+    ]
+    # Small batches (low-latency steady state) keep one task per partition.
+    assert plan_ranges(start, end, max_records_per_partition=1000) == plan_ranges(start, end)
+
+
+def test_plan_ranges_min_partitions_and_max_records_take_the_larger_split() -> None:
+    start, end = {("t", 0): 0, ("t", 1): 0}, {("t", 0): 900, ("t", 1): 100}
+    # minPartitions=10 gives 9 + 1 tasks; max 50 records asks for 18 + 2: the larger wins.
+    sizes = [
+        r.size for r in plan_ranges(start, end, min_partitions=10, max_records_per_partition=50)
+    ]
+    assert sizes == [50] * 20
+    sizes = [
+        r.size for r in plan_ranges(start, end, min_partitions=10, max_records_per_partition=500)
+    ]
+    assert sizes == [100] * 10
+
+
 def test_next_heartbeat_waits_for_idle_timeout_and_advances_with_idle_time() -> None:
     kw = {"idle_timeout_ms": 2_000, "max_advance_ms": 10_000, "interval_ms": 1_000}
     assert next_heartbeat(None, 50_000, 1_999, **kw) is None

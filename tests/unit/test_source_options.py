@@ -33,6 +33,7 @@ def test_options_are_case_insensitive_and_parsed() -> None:
             "STARTINGOFFSETS": "earliest",
             "maxOffsetsPerTrigger": "500",
             "minpartitions": "6",
+            "MaxRecordsPerPartition": "100000",
             "failOnDataLoss": "False",
             "idleTimeoutMs": "2000",
             "heartbeatMaxAdvanceMs": "12000",
@@ -44,6 +45,7 @@ def test_options_are_case_insensitive_and_parsed() -> None:
         500,
         6,
     )
+    assert opts.max_records_per_partition == 100_000
     assert not opts.fail_on_data_loss and opts.heartbeats
     assert (opts.heartbeat_max_advance_ms, opts.poll_timeout_ms) == (12_000, 5_000)
 
@@ -58,6 +60,7 @@ def test_options_are_case_insensitive_and_parsed() -> None:
         ({"kafka.isolation.level": "committed"}, "read_committed or read_uncommitted"),
         ({"maxOffsetsPerTrigger": "0"}, ">= 1"),
         ({"minPartitions": "many"}, "must be an integer"),
+        ({"maxRecordsPerPartition": "0"}, ">= 1"),
         ({"failOnDataLoss": "maybe"}, "true or false"),
         ({"startingOffsets": '{"c": {"0": 1}}'}, "not in subscribe"),
         ({"subscribe": " , "}, "subscribe is required"),

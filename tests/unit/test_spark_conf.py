@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ipcount.config import load_settings
+from ipcount.config import Settings, load_settings
 from ipcount.spark import (
     CONF_DIR,
     DEFAULTS_FILE,
@@ -127,7 +127,7 @@ def test_precedence_under_spark_submit(
         conf = session_conf(_settings(), None, launched)
     assert "spark.executor.memory" not in conf  # the JVM already has spark-submit's value
     assert conf["spark.speculation"] == "false"  # missing from the JVM: applied from the file
-    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.sql.shuffle.partitions"] == str(Settings().spark.shuffle_partitions)
     assert not LAUNCH_ONLY & conf.keys()  # a running JVM cannot take them
     messages = "\n".join(r.getMessage() for r in caplog.records)
     assert "spark.driver.memory=2g does not apply" in messages

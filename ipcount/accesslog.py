@@ -28,7 +28,11 @@ __all__ = [
 
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
 # "$http_user_agent"
-_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+# A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
+# escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, but
+# java.util.regex matches it ~2.5x faster (it recurses per character through an alternation), which
+# was most of the job's JVM parse time.
+_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
 LINE_PATTERN = (
     r"^(\S+) \S+ (\S+) \[([^\]]+)\] "
     + _QUOTED

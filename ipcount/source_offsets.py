@@ -260,9 +260,10 @@ def next_heartbeat(
 def flush_heartbeat(prev: Heartbeat | None, base: int, max_advance_ms: int) -> Heartbeat | None:
     """The final heartbeats of a Trigger.AvailableNow run, or None once both were sent.
 
-    Two are needed. The first, at base + max_advance_ms, moves the watermark, but Spark applies a
-    new watermark only from the next batch on and AvailableNow runs no extra no-data batch for it.
-    The second, 1 ms later, is that next batch: it evicts and emits every window the first closed.
+    Two are needed. The first, at base + max_advance_ms, moves the watermark (the source attaches
+    it to the batch that reads the run's last records), but Spark applies a new watermark only
+    from the next batch on and AvailableNow runs no extra no-data batch for it. The second, 1 ms
+    later, is that next batch: it evicts and emits every window the first closed.
     """
     cap = base + max_advance_ms
     if prev is None or prev.ts < cap:

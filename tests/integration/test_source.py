@@ -253,31 +253,33 @@ def test_heartbeats_flush_replay_idle_advance_and_stop(
         "heartbeatMaxAdvanceMs": "4000",
     }
 
-    # Trigger.AvailableNow: the data, then the flush heartbeat at last event + max advance, then
-    # one more (1 ms later) so that Spark runs a batch with the watermark the flush moved.
+    # Trigger.AvailableNow: the data batch also carries the flush heartbeat at last event + max
+    # advance; then one more heartbeat (1 ms later), so that Spark runs a batch with the watermark
+    # the flush moved. No batch of its own for the first flush: that would cost a micro-batch.
     checkpoint = tmp_path / "once"
     sink = Collector()
     _run_available_now(_stream(spark, options), checkpoint, sink)
-    assert sorted(sink.batches) == [0, 1, 2]
-    assert len(sink.batches[0]) == 15 and not any(r[7] for r in sink.batches[0])
-    (flush,) = sink.batches[1]
-    assert (
-        flush[7] is True
-        and flush[0] is None
-        and flush[1] is None
-        and (flush[3], flush[4]) == (-1, -1)
-    )
+    assert sorted(sink.batches) == [0, 1]
+    data = [r for r in sink.batches[0] if not r[7]]
+    (flush,) = [r for r in sink.batches[0] if r[7]]
+    assert len(data) == 15 and len(sink.batches[0]) == 16
+    assert flush[0] is None and flush[1] is None and (flush[3], flush[4]) == (-1, -1)
     assert int(flush[5].timestamp() * 1000) == last_event + 4_000
-    (second,) = sink.batches[2]
+    (second,) = sink.batches[1]
     assert second[7] is True and int(second[5].timestamp() * 1000) == last_event + 4_001
 
-    # Replay: forget that batch 2 was committed; the restarted query re-runs it with identical rows
-    # and then ends without another heartbeat.
-    for name in ("2", ".2.crc"):
+    # Replay: forget batch 1 and that batch 0 was committed; the restarted query re-runs batch 0
+    # with identical rows (the heartbeat lives in the offset), plans the same second flush, and
+    # then ends without another.
+    for name in ("1", ".1.crc"):
+        (checkpoint / "offsets" / name).unlink(missing_ok=True)
+    for name in ("0", ".0.crc", "1", ".1.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)
     replay = Collector()
     _run_available_now(_stream(spark, options), checkpoint, replay)
-    assert replay.batches == {2: sink.batches[2]}
+    assert {b: sorted(rows, key=repr) for b, rows in replay.batches.items()} == {
+        b: sorted(rows, key=repr) for b, rows in sink.batches.items()
+    }
 
     # Continuous triggers: after 1 s idle, heartbeats advance with idle time up to the cap, then stop.
     live = Collector()

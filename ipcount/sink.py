@@ -29,6 +29,7 @@ from ipcount.txn import (
     new_run_id,
     session_for,
 )
+from ipcount.worker_gc import freeze_long_lived
 
 __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]
 
@@ -178,6 +179,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor)."""
         from pyspark import TaskContext
 
+        freeze_long_lived()
         ctx = TaskContext.get()
         message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
         if self.mode == "raw":

@@ -340,7 +340,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from ipcount.source_kafka import heartbeat_batch, read_range
+        from ipcount.worker_gc import freeze_long_lived
 
+        freeze_long_lived()
         if not isinstance(partition, KafkaInputPartition):
             raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
         if partition.heartbeat_ms is not None:

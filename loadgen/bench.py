@@ -225,7 +225,12 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     )
     lines.append(
         f"bench: cpu_s jvm={m.cpu_jvm:.1f} python_workers={m.cpu_workers:.1f} "
-        f"python_driver={m.cpu_driver:.1f} (whole job process life, start-up included)"
+        f"python_driver={m.cpu_driver:.1f} (whole job process life, start-up included) "
+        + (
+            "broker=- (given --bootstrap: not sampled)"
+            if m.cpu_broker is None
+            else f"broker={m.cpu_broker:.1f} (the local noida-db meanwhile, on the same cores)"
+        )
     )
     if verbose:
         for p in job.progress:

@@ -235,7 +235,7 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
             env, overrides, result_path, available_now=False,
             spark_conf=spark_conf_of(args), timeout=total + 900,
         )  # fmt: skip
-        sampler = MemorySampler(proc.pid).__enter__()
+        sampler = MemorySampler(proc.pid, broker_pid=env.broker_pid).__enter__()
         watcher = CommitWatcher(run_settings)
         watcher.start()
         phases: list[_Phase] = []
@@ -302,6 +302,16 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
         print(
             f"bench latency: peak_rss_MB jvm={fmt_mb(m.jvm)} python_driver={fmt_mb(m.driver)} "
             f"python_workers={fmt_mb(m.workers)} total={fmt_mb(m.total)}"
+        )
+        span = run.exited - run.launched
+        print(
+            f"bench latency: cpu_s jvm={m.cpu_jvm:.1f} python={m.cpu_workers + m.cpu_driver:.1f} "
+            + (
+                "broker=-"
+                if m.cpu_broker is None
+                else f"broker={m.cpu_broker:.1f} ({m.cpu_broker / span:.2f} of a core on average)"
+            )
+            + f" over the job's {span:.0f}s"
         )
         print(f"bench latency: verify {report.summary()}", flush=True)
     return 0 if report.exact else 1

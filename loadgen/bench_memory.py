@@ -1,5 +1,6 @@
 """Memory and CPU of the benchmarked job's process tree, sampled with psutil in a thread of the
-bench process: peak RSS and CPU seconds by role (driver JVM, Python driver, Python workers).
+bench process: peak RSS and CPU seconds by role (driver JVM, Python driver, Python workers), and
+the CPU the benchmark's own broker used meanwhile (it shares the machine's cores with the job).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class MemoryPeaks:
     cpu_jvm: float = 0.0
     cpu_driver: float = 0.0
     cpu_workers: float = 0.0
+    # CPU seconds the local broker used while the job ran (None: not sampled, e.g. --bootstrap).
+    cpu_broker: float | None = None
 
 
 class MemorySampler:
@@ -36,15 +39,19 @@ class MemorySampler:
     `java` processes are the driver JVM (local mode: executors too), other Pythons are Spark's
     Python workers (summed; forked workers share pages, so the sum is an upper bound)."""
 
-    def __init__(self, pid: int, interval: float = _SAMPLE_SECONDS) -> None:
+    def __init__(
+        self, pid: int, interval: float = _SAMPLE_SECONDS, broker_pid: int | None = None
+    ) -> None:
         self.pid = pid
         self.interval = interval
         self.peaks = MemoryPeaks()
         self._cpu: dict[int, tuple[str, float]] = {}
+        self._broker = _Counter(broker_pid)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
 
     def __enter__(self) -> MemorySampler:
+        self._broker.read()
         self._thread.start()
         return self
 
@@ -52,6 +59,7 @@ class MemorySampler:
         if not self._stop.is_set():
             self._stop.set()
             self._thread.join(5)
+            self.peaks.cpu_broker = self._broker.read()
             totals = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
             for role, cpu in self._cpu.values():
                 totals[role] += cpu
@@ -99,3 +107,28 @@ class MemorySampler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
+
+
+class _Counter:
+    """CPU seconds of one process since the first read (None when there is no such process)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self._proc: psutil.Process | None = None
+        self._first: float | None = None
+        if pid is not None:
+            try:
+                self._proc = psutil.Process(pid)
+            except psutil.Error:
+                self._proc = None
+
+    def read(self) -> float | None:
+        if self._proc is None:
+            return None
+        try:
+            times = self._proc.cpu_times()
+        except psutil.Error:
+            return None
+        now = times.user + times.system
+        if self._first is None:
+            self._first = now
+        return now - self._first

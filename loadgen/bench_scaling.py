@@ -192,7 +192,7 @@ _COLUMNS = (
     ("cell", 18), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 7), ("shuf", 4), ("store", 7),
     ("batch", 5), ("S", 6), ("ev/s", 7), ("results", 8), ("start", 5), ("first", 5),
     ("map", 5), ("reduce", 6), ("driver", 6), ("st.upd", 6), ("st.rm", 5), ("st.cmt", 6),
-    ("mapCPU", 6), ("cpuJVM", 6), ("cpuPy", 5),
+    ("mapCPU", 6), ("cpuJVM", 6), ("cpuPy", 5), ("cpuBrk", 6),
     ("jvmMB", 5), ("pyDrvMB", 7), ("pyWrkMB", 7), ("exact", 5),
 )  # fmt: skip
 
@@ -216,7 +216,7 @@ def _row_values(row: _Row) -> list[str]:
         sec(st.wall.get("reduce") if st.found else None), sec(driver),
         sec(ph.state_updates), sec(ph.state_removals), sec(ph.state_commit),
         sec(st.task_cpu.get("map") if st.found else None), sec(mem.cpu_jvm),
-        sec(mem.cpu_workers + mem.cpu_driver),
+        sec(mem.cpu_workers + mem.cpu_driver), sec(mem.cpu_broker),
         f"{mem.jvm / 2**20:.0f}", f"{mem.driver / 2**20:.0f}", f"{mem.workers / 2**20:.0f}",
         "true" if fig.exact else "false",
     ]  # fmt: skip
@@ -244,7 +244,8 @@ def format_table(rows: list[_Row]) -> list[str]:
         "the sink's Kafka transaction); st.*: state store update / removal / commit time (s);",
         "mapCPU: JVM CPU of the map stages' tasks (parse + partial aggregation, not the Python "
         "read); cpuJVM / cpuPy: CPU seconds of the job's JVM / all its Python processes over the "
-        "whole run (start-up included): robust to other load, unlike wall times;",
+        "whole run (start-up included): robust to other load, unlike wall times; cpuBrk: CPU "
+        "seconds of the local noida-db broker meanwhile, taken from the same cores;",
         "MB: peak RSS of the driver JVM (local mode: executors too), the Python driver, and all "
         "Python workers together (forked workers share pages: an upper bound).",
     ]

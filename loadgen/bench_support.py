@@ -61,6 +61,8 @@ class BenchEnv:
     overrides: list[str]
     own_broker: bool
     topics: list[str] = field(default_factory=list)
+    # PID of the benchmark's own noida-db (its CPU is reported: it shares the cores with the job).
+    broker_pid: int | None = None
 
     def settings(self, tag: str, *extra: str) -> tuple[Settings, list[str]]:
         """Settings with fresh topics and checkpoint named after `tag`; also the override list
@@ -131,11 +133,14 @@ def bench_env(
     broker: LocalBroker | None = None
     env: BenchEnv | None = None
     try:
+        broker_pid = None
         if not bootstrap:
             broker = LocalBroker(Path(tmp) / "broker", "127.0.0.1", free_port())
-            broker.start(timeout=settings.broker.start_timeout_seconds)
+            broker_pid = broker.start(timeout=settings.broker.start_timeout_seconds)
             bootstrap = broker.bootstrap
-        env = BenchEnv(bootstrap, Path(tmp), config, list(overrides), broker is not None)
+        env = BenchEnv(
+            bootstrap, Path(tmp), config, list(overrides), broker is not None, broker_pid=broker_pid
+        )
         yield env
     finally:
         if broker is not None:
@@ -323,7 +328,7 @@ def run_job_child(
     proc, log = start_job_child(
         env, overrides, result_path, available_now=True, spark_conf=spark_conf, extra_env=extra_env
     )
-    sampler = MemorySampler(proc.pid).__enter__()
+    sampler = MemorySampler(proc.pid, broker_pid=env.broker_pid).__enter__()
     return finish_job_child(proc, sampler, launched, result_path, log, timeout)
 
 

@@ -42,7 +42,25 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
         r"^bench: addBatch_s=\S+ map_stages_s=\d+\.\d .* driver_after_jobs_s=\d", text, re.M
     ), text
     assert re.search(r"^bench: peak_rss_MB jvm=[1-9]\d* python_driver=[1-9]", text, re.M), text
+    # A given --bootstrap broker is not ours to sample: its CPU is reported as unknown.
+    assert re.search(r"^bench: cpu_s jvm=[1-9].* broker=- ", text, re.M), text
     assert f"results={results} missing=0 duplicates=0 wrong=0 exact=true" in text
+
+
+def test_memory_sampler_counts_the_broker_cpu_of_the_run_only() -> None:
+    from loadgen.bench_memory import MemorySampler
+
+    busy_until = 0.0
+    with MemorySampler(os.getpid(), interval=0.05, broker_pid=os.getpid()) as sampler:
+        import time
+
+        busy_until = time.process_time() + 0.3
+        while time.process_time() < busy_until:
+            pass
+    assert sampler.peaks.cpu_broker is not None and 0.25 <= sampler.peaks.cpu_broker < 5
+    with MemorySampler(os.getpid(), interval=0.05) as unsampled:
+        pass
+    assert unsampled.peaks.cpu_broker is None
 
 
 def test_bench_helpers() -> None:

@@ -176,11 +176,29 @@ class TopicReader:
                     self._next[tp.partition] = tp.offset
         return dict(self._next)
 
+    def _behind(self) -> bool:
+        """Whether some partition holds records this reader has not received yet: its position
+        is below the end this consumer may read to (the last stable offset under read_committed).
+        One ListOffsets request per partition."""
+        for p, pos in self.positions().items():
+            try:
+                _, end = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                logger.debug("end offset of %s/%d unknown: %s", self.topic, p, exc)
+                return False
+            if pos < end:
+                return True
+        return False
+
     def poll(self, max_records: int = 10_000, timeout: float = 0.5) -> list[SinkRecord]:
-        """Up to `max_records` records; after an empty poll, stop fetching for a growing
-        back-off (so neither this client nor the broker spins) before the next look."""
+        """Up to `max_records` records; after an empty poll with nothing left to read, stop
+        fetching for a growing back-off (so neither this client nor the broker spins) before the
+        next look. An empty poll while records are waiting is a slow fetch, not idleness (noida-db
+        answers with a partition's whole backlog): the reader keeps its partitions and waits."""
         if not self._assigned:
-            if self._idle > _IDLE_BACKOFF_START:
+            if self._idle > _IDLE_BACKOFF_START and not self._behind():
                 timeout = min(timeout, _IDLE_FETCH_SECONDS)
             self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._next.items()])
             self._assigned = True
@@ -208,6 +226,11 @@ class TopicReader:
             self._next[rec.partition] = rec.offset + 1
             out.append(rec)
         if out:
+            self._idle = _IDLE_BACKOFF_START
+        elif self._behind():
+            # Records are there but their fetch has not arrived yet: releasing the partitions
+            # now would drop that fetch, and a reader whose fetches always outlast one look
+            # would never advance.
             self._idle = _IDLE_BACKOFF_START
         else:
             self.positions()  # keep what the consumer skipped (markers) before letting go

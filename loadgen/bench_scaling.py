@@ -6,6 +6,7 @@ with where the time went and peak memory, as a table. Bench process side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from loadgen.bench import RunFigures, final_line, measure_run, spark_pairs, synt
 if TYPE_CHECKING:
     from ipcount.config import Settings
     from ipcount.ledger import Ledger
+    from loadgen.bench_support import BenchEnv
 
 __all__ = ["Cell", "default_cells", "parse_variant", "run_scaling", "format_table"]
 
@@ -124,10 +126,29 @@ def _select(args: argparse.Namespace) -> list[Cell]:
     return cells
 
 
+def _load_source(
+    env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, start_ms: int
+) -> _Source:
+    """Create a source topic of this shape on env's broker and pre-load --records records."""
+    from ipcount.ledger import Ledger
+    from loadgen.bench_support import preload
+
+    part, ips, skew = shape
+    src, overrides = env.settings(f"p{part}-i{ips}", f"topics.source_partitions={part}")
+    spec = synth_spec(src, ips, skew, args.event_rate, args.seed)
+    path = env.workdir / f"ledger-p{part}-i{ips}-s{skew:g}.jsonl"
+    loaded = preload(src, args.records, spec, start_ms, path)
+    print(
+        f"bench scaling: loaded {args.records} records, {part} partitions, "
+        f"{ips} IPs skew {skew:g} in {loaded.seconds:.1f}s",
+        flush=True,
+    )
+    return _Source(overrides, Ledger.load(path), loaded.seconds)
+
+
 def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     """Run every selected cell (`--repeat` times, interleaved) and print the table."""
-    from ipcount.ledger import Ledger
-    from loadgen.bench_support import DEFAULT_START_MS, bench_env, preload
+    from loadgen.bench_support import DEFAULT_START_MS, bench_env
     from loadgen.generator import parse_start
 
     cells = _select(args)
@@ -144,10 +165,23 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
     spark_conf = spark_pairs(args.spark_conf)
     rows: list[_Row] = []
-    with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
+    # noida-db re-persists everything it holds after writes, so its CPU (taken from the job's two
+    # cores) grows with every topic loaded: measured 20 -> 68 CPU-s per 1M-record cell over one
+    # 14-cell run on a shared broker, 40% slower cells late in the run. So with the local broker
+    # every cell gets a fresh one holding only its own source; on a --bootstrap cluster the
+    # source of each shape is loaded once and re-read.
+    fresh = not args.bootstrap
+
+    def new_env() -> contextlib.AbstractContextManager[BenchEnv]:
+        return bench_env(settings, args.bootstrap, args.overrides, keep=args.keep)
+
+    with contextlib.ExitStack() as stack:
+        shared = None if fresh else stack.enter_context(new_env())
+        where = "a fresh local broker per cell" if shared is None else f"broker {shared.bootstrap}"
         print(
-            f"bench scaling: broker {env.bootstrap}; {len(cells)} cells x {args.repeat}, "
-            f"{args.records} records each; work dir {env.workdir}",
+            f"bench scaling: {where}; {len(cells)} cells x {args.repeat}, "
+            f"{args.records} records each"
+            + ("" if shared is None else f"; work dir {shared.workdir}"),
             flush=True,
         )
         sources: dict[tuple[int, int, float], _Source] = {}
@@ -158,26 +192,18 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
                     cell.ips or args.ips,
                     args.skew if cell.skew is None else cell.skew,
                 )
-                if shape not in sources:
-                    part, ips, skew = shape
-                    src, overrides = env.settings(
-                        f"p{part}-i{ips}", f"topics.source_partitions={part}"
-                    )
-                    spec = synth_spec(src, ips, skew, args.event_rate, args.seed)
-                    path = env.workdir / f"ledger-p{part}-i{ips}-s{skew:g}.jsonl"
-                    loaded = preload(src, args.records, spec, start_ms, path)
-                    sources[shape] = _Source(overrides, Ledger.load(path), loaded.seconds)
-                    print(
-                        f"bench scaling: loaded {args.records} records, {part} partitions, "
-                        f"{ips} IPs skew {skew:g} in {loaded.seconds:.1f}s",
-                        flush=True,
-                    )
-                source = sources[shape]
-                fig = measure_run(
-                    env, [*source.overrides, *cell.settings], f"{cell.name}-{rep}",
-                    args.records, source.ledger, spark_conf=spark_conf, child_env=dict(cell.env),
-                    event_log=not args.no_event_log, timeout=args.timeout,
-                )  # fmt: skip
+                with new_env() if shared is None else contextlib.nullcontext(shared) as env:
+                    source = sources.get(shape)
+                    if source is None:
+                        source = _load_source(env, shape, args, start_ms)
+                        if shared is not None:
+                            sources[shape] = source
+                    fig = measure_run(
+                        env, [*source.overrides, *cell.settings], f"{cell.name}-{rep}",
+                        args.records, source.ledger, spark_conf=spark_conf,
+                        child_env=dict(cell.env), event_log=not args.no_event_log,
+                        timeout=args.timeout,
+                    )  # fmt: skip
                 rows.append(_Row(cell, fig, shape))
                 print(f"bench scaling: [{cell.name} #{rep + 1}] {final_line(fig)}", flush=True)
         for line in format_table(rows):

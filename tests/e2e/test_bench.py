@@ -47,6 +47,37 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
     assert f"results={results} missing=0 duplicates=0 wrong=0 exact=true" in text
 
 
+def test_bench_scaling_gives_each_cell_a_fresh_local_broker() -> None:
+    """No --bootstrap: every cell loads its source into its own noida-db (the broker's CPU grows
+    with what it holds, so a shared one would slow later cells), and its CPU is reported."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "loadgen", "--config", str(ROOT / "conf" / "ipcount.toml"),
+            "--log-level", "WARNING", "--set", "spark.master=local[2]",
+            "bench", "--scaling", "--cells", "baseline,shuffle=1", "--records", "3000",
+            "--ips", "200", "--no-event-log",
+        ],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    text = proc.stdout
+    assert proc.returncode == 0, text[-3000:] + proc.stderr[-3000:]
+    assert "bench scaling: a fresh local broker per cell; 2 cells x 1" in text, text
+    # Same shape, loaded twice: once into each cell's broker.
+    assert len(re.findall(r"^bench scaling: loaded 3000 records, 3 partitions", text, re.M)) == 2
+    runs = re.findall(
+        r"^bench scaling: \[(\S+) #1\] bench: records=3000 .* exact=true$", text, re.M
+    )
+    assert runs == ["baseline", "shuffle=1"], text
+    header = next(line for line in text.splitlines() if line.startswith("cell "))
+    brk = header.split().index("cpuBrk")
+    rows = [
+        line.split() for line in text.splitlines() if line.startswith(("baseline ", "shuffle=1 "))
+    ]
+    assert len(rows) == 2 and all(r[-1] == "true" for r in rows), text
+    assert all(float(r[brk]) > 0 for r in rows), text
+
+
 def test_memory_sampler_counts_the_broker_cpu_of_the_run_only() -> None:
     from loadgen.bench_memory import MemorySampler
 

@@ -167,9 +167,9 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     rows: list[_Row] = []
     # noida-db re-persists everything it holds after writes, so its CPU (taken from the job's two
     # cores) grows with every topic loaded: measured 20 -> 68 CPU-s per 1M-record cell over one
-    # 14-cell run on a shared broker, 40% slower cells late in the run. So with the local broker
-    # every cell gets a fresh one holding only its own source; on a --bootstrap cluster the
-    # source of each shape is loaded once and re-read.
+    # 14-cell run on a shared broker, and late cells took ~1.5x as long as the same setup run
+    # first. So with the local broker every cell gets a fresh one holding only its own source;
+    # on a --bootstrap cluster the source of each shape is loaded once and re-read.
     fresh = not args.bootstrap
 
     def new_env() -> contextlib.AbstractContextManager[BenchEnv]:

@@ -198,7 +198,7 @@ class TopicReader:
         next look. An empty poll while records are waiting is a slow fetch, not idleness (noida-db
         answers with a partition's whole backlog): the reader keeps its partitions and waits."""
         if not self._assigned:
-            if self._idle > _IDLE_BACKOFF_START and not self._behind():
+            if self._idle > _IDLE_BACKOFF_START:
                 timeout = min(timeout, _IDLE_FETCH_SECONDS)
             self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._next.items()])
             self._assigned = True

@@ -209,12 +209,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._target is None or not self.options.heartbeats or end != available:
             return None
-        base = self._latest_event_ms(end)
-        return (
-            None
-            if base is None
-            else flush_heartbeat(None, base, self.options.heartbeat_max_advance_ms)
-        )
+        return self._flush(None, end)
+
+    def _flush(
+        self, prev: Heartbeat | None, tail: dict[TopicPartitionKey, int]
+    ) -> Heartbeat | None:
+        """AvailableNow's next flush heartbeat after `prev`, based on the last record below `tail`
+        (or prev's base); None once both were sent or when there are no records."""
+        base = prev.base if prev is not None else self._latest_event_ms(tail)
+        if base is None:
+            return None
+        return flush_heartbeat(prev, base, self.options.heartbeat_max_advance_ms)
 
     def _heartbeat(
         self, begin: SourceOffset, latest: dict[TopicPartitionKey, int]
@@ -224,10 +229,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The last records are read below the stable end (an open transaction may hold it back).
         tail = {tp: min(off, latest.get(tp, 0)) for tp, off in begin.offsets.items()}
         if self._target is not None:
-            base = prev.base if prev is not None else self._latest_event_ms(tail)
-            return (
-                None if base is None else flush_heartbeat(prev, base, opts.heartbeat_max_advance_ms)
-            )
+            return self._flush(prev, tail)
         now = time.monotonic()
         if self._idle_since is None:
             # A restarted driver continues the idle time the last heartbeat stood for.

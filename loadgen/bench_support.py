@@ -59,10 +59,14 @@ class BenchEnv:
     workdir: Path
     config: str | None
     overrides: list[str]
-    own_broker: bool
-    topics: list[str] = field(default_factory=list)
-    # PID of the benchmark's own noida-db (its CPU is reported: it shares the cores with the job).
+    # PID of the benchmark's own noida-db (its CPU is reported: it shares the cores with the job);
+    # None on a given --bootstrap cluster.
     broker_pid: int | None = None
+    topics: list[str] = field(default_factory=list)
+
+    @property
+    def own_broker(self) -> bool:
+        return self.broker_pid is not None
 
     def settings(self, tag: str, *extra: str) -> tuple[Settings, list[str]]:
         """Settings with fresh topics and checkpoint named after `tag`; also the override list
@@ -138,9 +142,7 @@ def bench_env(
             broker = LocalBroker(Path(tmp) / "broker", "127.0.0.1", free_port())
             broker_pid = broker.start(timeout=settings.broker.start_timeout_seconds)
             bootstrap = broker.bootstrap
-        env = BenchEnv(
-            bootstrap, Path(tmp), config, list(overrides), broker is not None, broker_pid=broker_pid
-        )
+        env = BenchEnv(bootstrap, Path(tmp), config, list(overrides), broker_pid)
         yield env
     finally:
         if broker is not None:

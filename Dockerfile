@@ -25,8 +25,9 @@ COPY pyproject.toml README.md ./
 COPY ipcount ./ipcount
 COPY loadgen ./loadgen
 COPY conf ./conf
+# The job's dependencies and the [loadgen] extra (`loadgen serve`, Locust); not [bench] or [dev].
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install /opt/ipcount \
+    && /opt/venv/bin/pip install '/opt/ipcount[loadgen]' \
     && chmod 0755 /opt/ipcount/conf/docker-entrypoint.sh
 # The default settings; mount your own file over it (or point IPCOUNT_CONFIG elsewhere).
 COPY conf/ipcount.toml /etc/ipcount/ipcount.toml

@@ -4,7 +4,8 @@ import os
 import sys
 
 # spark-submit runs this file as a script, which puts the package directory first on sys.path,
-# where ipcount/logging.py would shadow the standard library's logging: drop that entry.
+# where ipcount's subpackages (kafka/, config/, job/, ...) would shadow top-level modules of the same
+# name: drop that entry; ipcount itself is imported from the install or the --py-files zip.
 if sys.path and os.path.realpath(sys.path[0] or ".") == os.path.dirname(os.path.realpath(__file__)):
     del sys.path[0]
 

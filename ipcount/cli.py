@@ -10,8 +10,7 @@ import sys
 from collections.abc import Sequence
 
 import ipcount.commands
-from ipcount import __version__
-from ipcount import logging as ipcount_logging
+from ipcount import __version__, logsetup
 from ipcount.config import load_settings
 from ipcount.errors import IpcountError
 
@@ -63,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (errors print one line, no stack trace)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    ipcount_logging.configure(args.log_level)
+    logsetup.configure(args.log_level)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

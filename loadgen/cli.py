@@ -12,10 +12,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ipcount import logging as ipcount_logging
+from ipcount import logsetup
 from ipcount.cli import add_settings_options
 from ipcount.config import Settings, load_settings
 from ipcount.errors import ConfigError, IpcountError
+from loadgen.extras import require
 from loadgen.generator import SynthSpec, parse_start
 
 __all__ = ["main", "build_parser"]
@@ -90,13 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ledger", metavar="FILE", help="write the ground-truth ledger here")
     s.add_argument("--batch-size", type=int, default=10_000, help=argparse.SUPPRESS)
     s.set_defaults(func=_run_synth)
-    from loadgen.bench import add_bench_parser
+    from loadgen.bench.run import add_bench_parser
 
     add_bench_parser(sub)
     return parser
 
 
 def _run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    require("loadgen serve", "loadgen", "aiohttp")
     from loadgen.service import serve
 
     if not 0 <= args.port < 65536:
@@ -169,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (errors print one line, no stack trace)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    ipcount_logging.configure(args.log_level)
+    logsetup.configure(args.log_level)
     func: Any = getattr(args, "func", None)
     if func is None:
         parser.print_help()

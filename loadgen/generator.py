@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from ipcount.accesslog import format_record, format_time_local
 from ipcount.errors import ConfigError
-from ipcount.ledger import window_start_ms
+from ipcount.formats.accesslog import format_record, format_time_local
+from ipcount.verify.ledger import window_start_ms
 
 __all__ = [
     "KIND_ON_TIME",
@@ -40,7 +40,7 @@ KIND_LATE = 1
 KIND_MALFORMED = 2
 MALFORMED_KINDS = ("unparseable", "bad_ip", "bad_timestamp", "non_utf8", "oversized")
 # Late records go to a zone that ends this long before the first on-time window, so their windows
-# hold no on-time records and lie far behind any watermark (see ipcount.ledger).
+# hold no on-time records and lie far behind any watermark (see ipcount.verify.ledger).
 LATE_OFFSET_MS = 3_600_000
 LATE_SPAN_MS = 60_000
 # --count mode without --event-rate: records per event-time second.

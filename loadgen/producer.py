@@ -19,9 +19,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
-from ipcount.kafka import describe_kafka_error, with_client_logging
-from ipcount.ledger import Ledger
-from ipcount.topics import missing_topics
+from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.kafka.topics import missing_topics
+from ipcount.verify.ledger import Ledger
 
 __all__ = [
     "PRODUCER_DEFAULTS",

@@ -18,9 +18,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ipcount.accesslog import IP_PATTERN, ParseError, format_record, parse_record
 from ipcount.config import Settings
-from ipcount.ledger import Ledger
+from ipcount.formats.accesslog import IP_PATTERN, ParseError, format_record, parse_record
+from ipcount.verify.ledger import Ledger
 from loadgen.producer import BackgroundSender, check_source_topic, producer_config
 
 __all__ = ["PRODUCTS", "STATIC", "UNLOGGED_PATHS", "ServeResult", "build_app", "client_ip", "serve"]

@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
-from ipcount.ledger import Ledger
+from ipcount.verify.ledger import Ledger
 from loadgen.generator import (
     DEFAULT_COUNT_EVENT_RATE,
     KIND_LATE,

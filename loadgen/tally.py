@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 
-from ipcount.ledger import Ledger, window_start_ms
+from ipcount.verify.ledger import Ledger, window_start_ms
 from loadgen.generator import KIND_LATE, KIND_MALFORMED, KIND_ON_TIME, Batch
 
 __all__ = ["LedgerTally"]

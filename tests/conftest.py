@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ipcount.broker import LocalBroker, free_port
 from ipcount.config import Settings, load_settings
+from ipcount.local.broker import LocalBroker, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One local[2] SparkSession for the test session, with ipcount's data sources registered."""
-    from ipcount.spark import build_session
+    from ipcount.job.session import build_session
 
     settings = load_settings(
         ROOT / "conf" / "ipcount.toml", env={}, overrides=["spark.master=local[2]"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ipcount.broker import LocalBroker
 from ipcount.config import Settings
+from ipcount.local.broker import LocalBroker
 
 __all__ = ["register", "ORDER"]
 

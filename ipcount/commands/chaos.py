@@ -85,8 +85,8 @@ def _say(text: str) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from ipcount.chaos import run_chaos
-    from ipcount.chaos_plan import ChaosOptions
+    from ipcount.chaos.plan import ChaosOptions
+    from ipcount.chaos.runner import run_chaos
 
     options = ChaosOptions(
         work_dir=Path(args.work_dir),

@@ -9,9 +9,9 @@ import json
 import sys
 from typing import Any
 
-from ipcount.avro import make_codec
 from ipcount.config import Settings
-from ipcount.consume import TopicReader, decode_records
+from ipcount.formats.avro import make_codec
+from ipcount.kafka.consume import TopicReader, decode_records
 
 __all__ = ["register", "run", "ORDER"]
 

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ipcount.broker import LocalBroker, free_port
 from ipcount.config import Settings
-from ipcount.topics import ensure_topics
+from ipcount.kafka.topics import ensure_topics
+from ipcount.local.broker import LocalBroker, free_port
 
 __all__ = ["register", "ORDER"]
 

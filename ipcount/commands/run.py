@@ -30,6 +30,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from ipcount.job import run_job
+    from ipcount.job.pipeline import run_job
 
     return run_job(settings, available_now=args.available_now, timeout=args.timeout)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ipcount.config import Settings
-from ipcount.topics import ensure_topics, missing_topics, topic_specs
+from ipcount.kafka.topics import ensure_topics, missing_topics, topic_specs
 
 __all__ = ["register", "ORDER"]
 

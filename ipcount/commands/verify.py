@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ipcount.config import Settings
-from ipcount.ledger import Ledger
-from ipcount.verify import verify_sink
+from ipcount.verify.compare import verify_sink
+from ipcount.verify.ledger import Ledger
 
 __all__ = ["register", "run", "ORDER"]
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadgen.bench_latency import percentile
-from loadgen.bench_scaling import parse_variant
+from loadgen.bench.latency import percentile
+from loadgen.bench.scaling import parse_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = re.compile(
@@ -79,7 +79,7 @@ def test_bench_scaling_gives_each_cell_a_fresh_local_broker() -> None:
 
 
 def test_memory_sampler_counts_the_broker_cpu_of_the_run_only() -> None:
-    from loadgen.bench_memory import MemorySampler
+    from loadgen.bench.memory import MemorySampler
 
     busy_until = 0.0
     with MemorySampler(os.getpid(), interval=0.05, broker_pid=os.getpid()) as sampler:

@@ -15,14 +15,14 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from ipcount.accesslog import format_record
-from ipcount.avro import make_codec
 from ipcount.config import Settings
-from ipcount.consume import TopicReader, decode_records
-from ipcount.job import start_job
-from ipcount.ledger import Ledger
-from ipcount.progress import summarize_progress
-from ipcount.topics import ensure_topics
+from ipcount.formats.accesslog import format_record
+from ipcount.formats.avro import make_codec
+from ipcount.job.pipeline import start_job
+from ipcount.job.progress import summarize_progress
+from ipcount.kafka.consume import TopicReader, decode_records
+from ipcount.kafka.topics import ensure_topics
+from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_341_600_000  # a multiple of 5000: window starts are T0 + k * 5000

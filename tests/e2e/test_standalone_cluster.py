@@ -18,13 +18,13 @@ from urllib.parse import parse_qs, urlparse
 
 from confluent_kafka import Producer
 
-from ipcount.accesslog import format_record
-from ipcount.avro import make_codec
-from ipcount.cluster import StandaloneCluster, spark_home
 from ipcount.config import Settings
-from ipcount.consume import TopicReader, decode_records
-from ipcount.ledger import Ledger
-from ipcount.topics import ensure_topics
+from ipcount.formats.accesslog import format_record
+from ipcount.formats.avro import make_codec
+from ipcount.kafka.consume import TopicReader, decode_records
+from ipcount.kafka.topics import ensure_topics
+from ipcount.local.cluster import StandaloneCluster, spark_home
+from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_341_600_000  # a multiple of 5000

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ipcount.chaos_job import (
+from ipcount.chaos.job import (
     JobProcess,
     SynthProcess,
     child_env,
@@ -17,9 +17,9 @@ from ipcount.chaos_job import (
     last_planned_batch,
 )
 from ipcount.config import Settings
-from ipcount.ledger import Ledger
-from ipcount.topics import ensure_topics
-from ipcount.verify import verify_sink
+from ipcount.kafka.topics import ensure_topics
+from ipcount.verify.compare import verify_sink
+from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 # Spark's complaint when a second process writes a batch id of the checkpoint's logs.

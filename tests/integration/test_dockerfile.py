@@ -104,7 +104,8 @@ def test_package_installed_into_the_venv_the_env_points_at() -> None:
     env = _env()
     (install,) = [r for r in _args("RUN") if "pip install" in r]
     assert "python -m venv /opt/venv" in install
-    assert "/opt/venv/bin/pip install /opt/ipcount" in install
+    # The job's dependencies plus the [loadgen] extra: the image also runs `loadgen serve`.
+    assert "/opt/venv/bin/pip install '/opt/ipcount[loadgen]'" in install
     assert env["PYSPARK_PYTHON"] == "/opt/venv/bin/python"
     assert env["PATH"].startswith("/opt/venv/bin:")
     assert env["SPARK_HOME"] == "/opt/venv/lib/python3.11/site-packages/pyspark"

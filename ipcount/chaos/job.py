@@ -1,0 +1,328 @@
+"""Processes of a chaos run (driver side, in the `ipcount chaos` process): the Spark job as a
+separate process group that can be SIGKILLed whole, the checkpoint's batch logs, fault log lines."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ipcount.faults import ENV_VAR as FAULTS_ENV_VAR
+from ipcount.faults import LOG_ENV_VAR, PGID_ENV_VAR
+from ipcount.verify.ledger import Ledger
+
+__all__ = [
+    "FaultLine",
+    "JobProcess",
+    "SynthProcess",
+    "batch_ids",
+    "last_committed_batch",
+    "last_planned_batch",
+    "fault_spec",
+    "find_fault_line",
+    "child_env",
+    "session_processes",
+]
+
+logger = logging.getLogger(__name__)
+
+# What ipcount.faults logs just before the SIGKILL: "fault injection: sink.before_commit@7: ...".
+_FAULT_LINE = re.compile(r"fault injection: (?P<point>[a-z_.]+)@(?P<batch>-?\d+): SIGKILL")
+# Both of ipcount.sink.txn's messages for a writer that a newer job fenced say this.
+_FENCED = "two jobs are using the same checkpoint"
+_KILL_EXIT_CODES = (-signal.SIGKILL, 128 + signal.SIGKILL)
+
+
+def batch_ids(log_dir: Path) -> list[int]:
+    """Batch ids in a Spark metadata log directory (`offsets/` or `commits/`), ascending."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def last_committed_batch(checkpoint: str | Path) -> int | None:
+    """The last batch in the checkpoint's commit log (Spark writes it after the sink's commit)."""
+    ids = batch_ids(Path(checkpoint) / "commits")
+    return ids[-1] if ids else None
+
+
+def last_planned_batch(checkpoint: str | Path) -> int | None:
+    """The last batch in the checkpoint's offset log (written before the batch runs)."""
+    ids = batch_ids(Path(checkpoint) / "offsets")
+    return ids[-1] if ids else None
+
+
+def fault_spec(point: str, first_batch: int, span: int) -> str:
+    """IPCOUNT_FAULTS for `point` at every batch id in [first_batch, first_batch + span).
+
+    Fault points fire only for batches that have output (one in a few triggers has: windows end
+    every window_seconds) and are not replays, so a range makes the fault fire at the first
+    batch of the range with output instead of never.
+    """
+    return ",".join(f"{point}@{b}" for b in range(first_batch, first_batch + span))
+
+
+@dataclass(frozen=True)
+class FaultLine:
+    """A fault point that fired, from the job's log."""
+
+    point: str
+    batch: int
+
+
+def find_fault_line(text: str) -> FaultLine | None:
+    """The fault-injection line in a job log, if a fault point fired."""
+    m = _FAULT_LINE.search(text)
+    return FaultLine(m.group("point"), int(m.group("batch"))) if m else None
+
+
+def child_env(
+    base: Mapping[str, str] | None = None, faults: str = "", faults_log: str | Path = ""
+) -> dict[str, str]:
+    """The environment for a job/loadgen child: this interpreter for Spark's Python workers,
+    IPCOUNT_FAULTS (and the file fault points write their line to) only when given, and never an
+    inherited pinned process group (the child would kill whoever pinned it, e.g. the test runner).
+    """
+    env = dict(os.environ if base is None else base)
+    for name in (PGID_ENV_VAR, FAULTS_ENV_VAR, LOG_ENV_VAR):
+        env.pop(name, None)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if faults:
+        env[FAULTS_ENV_VAR] = faults
+        if faults_log:
+            env[LOG_ENV_VAR] = str(faults_log)
+    return env
+
+
+def session_processes(sid: int) -> list[int]:
+    """PIDs of live processes in session `sid` (Linux /proc; empty elsewhere)."""
+    pids = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            if os.getsid(pid) != sid:
+                continue
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                    continue
+        except (OSError, IndexError):
+            continue
+        pids.append(pid)
+    return pids
+
+
+class JobProcess:
+    """One run of `python -m ipcount ... run` in its own session, logging to its own file.
+
+    Its own session (start_new_session) makes the Python driver the leader of a process group
+    holding the driver JVM too, so `kill()` (os.killpg with SIGKILL) is a real crash of the whole
+    job, like ipcount.faults' points. The pyspark daemon moves itself and its Python workers to
+    another group of the same session: they die with the JVM, and `reap()` makes sure of it.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        log_path: Path,
+        *,
+        env: Mapping[str, str],
+        cwd: str | Path | None = None,
+        name: str = "job",
+    ) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.name = name
+        self.faults = env.get(FAULTS_ENV_VAR, "")
+        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=dict(env),
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        self.pid = self.proc.pid
+        self.started = time.monotonic()
+        # The last committed batch when it started (set by the caller): progress counts from it.
+        self.committed_at_start: int | None = None
+        logger.info("%s started: pid %d, log %s", name, self.pid, log_path)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    @property
+    def killed(self) -> bool:
+        """Whether it ended by SIGKILL (-9 from Popen, or 137 through a shell)."""
+        return self.proc.poll() in _KILL_EXIT_CODES
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        keep = [ln for ln in self.log_text().splitlines() if "GLIBC_2.39" not in ln]
+        return "\n".join(keep[-lines:])
+
+    def fault_fired(self) -> FaultLine | None:
+        """The fault point that killed it, if its log says one fired."""
+        return find_fault_line(self.log_text())
+
+    def fenced(self) -> bool:
+        """Whether its log says the sink was fenced by a newer producer (FatalKafkaError)."""
+        return _FENCED in self.log_text()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (driver and JVM), then reap what is left."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.wait(30)
+        self.reap()
+
+    def terminate(self, timeout: float = 90.0) -> int | None:
+        """SIGTERM the driver (clean stop after the current micro-batch); SIGKILL after timeout."""
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            if self.wait(timeout) is None:
+                logger.warning(
+                    "%s pid %d ignored SIGTERM for %gs: killing", self.name, self.pid, timeout
+                )
+                self.kill()
+        self.reap()
+        return self.returncode
+
+    def freeze(self) -> None:
+        """SIGSTOP every process of the job (driver, JVM, Python workers): a zombie-to-be, like
+        a job behind a long GC pause, a frozen VM or a network partition."""
+        self._signal_session(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT every process of the job: it carries on where it was frozen."""
+        self._signal_session(signal.SIGCONT)
+
+    def _signal_session(self, sig: int) -> None:
+        for pid in session_processes(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def wait(self, timeout: float) -> int | None:
+        """Wait up to `timeout` seconds for the driver to exit; its exit status or None."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def reap(self, timeout: float = 15.0) -> None:
+        """Wait for the rest of the session (pyspark daemon, Python workers) to go, SIGKILLing
+        stragglers after `timeout`: the processes of a dead job must not outlive it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not session_processes(self.pid):
+                return
+            time.sleep(0.2)
+        for pid in session_processes(self.pid):
+            logger.warning("%s: process %d outlived the job: killing it", self.name, pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+class SynthProcess:
+    """One `loadgen synth` run: paced records into the source topic and a ledger of them."""
+
+    def __init__(
+        self,
+        cli: Sequence[str],
+        *,
+        count: int,
+        rate: float,
+        seed: int,
+        ips: int,
+        late_fraction: float,
+        malformed_fraction: float,
+        ledger: Path,
+        log_path: Path,
+        env: Mapping[str, str],
+    ) -> None:
+        self.count, self.ledger, self.log_path = count, ledger, log_path
+        self.stopped = False
+        argv = [
+            sys.executable, "-m", "loadgen", *cli, "synth",
+            "--rate", f"{rate:g}", "--count", str(count), "--ips", str(ips),
+            "--late-fraction", f"{late_fraction:g}",
+            "--malformed-fraction", f"{malformed_fraction:g}",
+            "--seed", str(seed), "--ledger", str(ledger),
+        ]  # fmt: skip
+        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.proc = subprocess.Popen(
+                argv, env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        finally:
+            log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def summary(self) -> str:
+        """Its `synth: records=...` line (empty until it has finished)."""
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return ""
+        return next((ln for ln in reversed(lines) if ln.startswith("synth:")), "")
+
+    @property
+    def ok(self) -> bool:
+        """Ended well: all its records delivered (0), or stopped by `stop()`: after delivering
+        and recording what it had sent (130), or before it started producing (SIGTERM before
+        its handler was installed: nothing sent, no ledger)."""
+        code = self.returncode
+        return code == 0 or (self.stopped and code in (130, -signal.SIGTERM))
+
+    def delivered(self) -> int:
+        """Records in its ledger (0 until it has ended and written it)."""
+        if self.alive or not self.ledger.is_file():
+            return 0
+        return Ledger.load(self.ledger).records
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM: it stops generating, flushes, writes its ledger (SIGKILL after `timeout`)."""
+        if self.alive:
+            self.stopped = True
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)

@@ -1,0 +1,183 @@
+"""What a chaos run does and what it found: options, the seeded fault plan, events, the report
+(pure data, used by ipcount.chaos.runner in the `ipcount chaos` process)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ipcount.errors import ConfigError
+from ipcount.verify.compare import VerifyReport
+
+__all__ = [
+    "KILL",
+    "BEFORE_COMMIT",
+    "AFTER_COMMIT",
+    "BROKER_RESTART",
+    "JOB_EXIT",
+    "INJECTED",
+    "ChaosOptions",
+    "ChaosEvent",
+    "ChaosReport",
+    "plan_events",
+]
+
+# A SIGKILL of the job's process group at a random moment.
+KILL = "kill"
+# ipcount.faults points: the job kills itself inside the sink's open transaction / between the
+# Kafka commit and Spark's commit log.
+BEFORE_COMMIT = "sink.before_commit"
+AFTER_COMMIT = "sink.after_commit"
+INJECTED = (BEFORE_COMMIT, AFTER_COMMIT)
+# A graceful stop and start of the broker while the job runs.
+BROKER_RESTART = "broker-restart"
+# The job ended on its own (not planned): it is restarted and reported.
+JOB_EXIT = "job-exit"
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """Figures of one chaos run (see `ipcount chaos --help`)."""
+
+    work_dir: Path
+    records: int = 20_000
+    # Records per second; None spreads `records` over the time the planned faults need.
+    rate: float | None = None
+    kills: int = 3
+    broker_restarts: int = 1
+    seed: int | None = None
+    ips: int = 200
+    late_fraction: float = 0.002
+    malformed_fraction: float = 0.002
+    use_configured_broker: bool = False
+    # Small, so the last windows close soon after the traffic. Heartbeats close windows after
+    # this much idle time, which would make records late that wait in a producer for longer (e.g.
+    # while the broker is away): the generator is therefore stopped across broker restarts.
+    idle_timeout_seconds: float = 3.0
+    trigger_interval_seconds: float = 1.0
+    broker_downtime_seconds: float = 1.0
+    # How long a (re)started job may take to commit its first batch on a loaded machine.
+    start_timeout_seconds: float = 240.0
+    # Batches after the last committed one over which an injected fault may fire.
+    fault_span: int = 60
+    # Rough cost of one fault (job restart + first batch) here, for the default rate.
+    seconds_per_fault: float = 40.0
+
+    def validate(self) -> None:
+        """Raises ConfigError naming the option to fix."""
+        if self.records < 100:
+            raise ConfigError("--records must be at least 100")
+        if self.rate is not None and self.rate <= 0:
+            raise ConfigError("--rate must be positive")
+        if self.kills < 0 or self.broker_restarts < 0:
+            raise ConfigError("--kills and --broker-restarts must be zero or positive")
+        if self.ips < 1:
+            raise ConfigError("--ips must be at least 1")
+        if self.idle_timeout_seconds <= 0 or self.trigger_interval_seconds < 0:
+            raise ConfigError("--idle-timeout must be positive, --trigger-interval not negative")
+        if self.fault_span < 1:
+            raise ConfigError("--fault-span must be at least 1")
+
+    def effective_rate(self, events: int) -> float:
+        """--rate, or records spread over the planned faults plus some traffic after the last."""
+        if self.rate is not None:
+            return self.rate
+        seconds = self.seconds_per_fault * (events + 1)
+        return max(10.0, self.records / seconds)
+
+
+def plan_events(kills: int, broker_restarts: int, rng: random.Random) -> list[str]:
+    """The order of faults: `kills` job kills (at least one random SIGKILL, one
+    sink.before_commit and one sink.after_commit when kills >= 3; otherwise before_commit first,
+    then after_commit), and `broker_restarts` broker restarts.
+
+    An injected fault is armed when the job starts (IPCOUNT_FAULTS is read by the job), so a
+    broker restart the job may survive is placed only before a random kill or at the end: the
+    job that runs after it never needs to carry a fault it was not started with.
+    """
+    base = [BEFORE_COMMIT, AFTER_COMMIT, KILL]
+    kinds = base[: min(kills, 3)] + [rng.choice(base) for _ in range(max(0, kills - 3))]
+    rng.shuffle(kinds)
+    for _ in range(broker_restarts):
+        slots = [i for i, k in enumerate(kinds) if k == KILL] + [len(kinds)]
+        kinds.insert(rng.choice(slots), BROKER_RESTART)
+    return kinds
+
+
+@dataclass
+class ChaosEvent:
+    """One fault as it happened: when (seconds since the run started), what, which batch."""
+
+    at: float
+    kind: str
+    batch: int | None
+    outcome: str
+    # False when a planned fault could not be injected (e.g. the fault point never fired).
+    injected: bool = True
+
+    def line(self) -> str:
+        batch = "-" if self.batch is None else str(self.batch)
+        return f"{self.at:7.1f}s  {self.kind:<18} batch={batch:<5} {self.outcome}"
+
+
+@dataclass
+class ChaosReport:
+    """Everything a chaos run observed."""
+
+    seed: int
+    run_dir: Path
+    events: list[ChaosEvent] = field(default_factory=list)
+    job_starts: int = 0
+    records: int = 0
+    synth_summary: str = ""
+    committed: VerifyReport | None = None
+    uncommitted: VerifyReport | None = None
+    seconds: float = 0.0
+    verify_command: str = ""
+    # Fired fault points whose effect the progress topic confirms at the end, and those it does not.
+    confirmed: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+
+    def count(self, kind: str, injected: bool = True) -> int:
+        return sum(1 for e in self.events if e.kind == kind and e.injected == injected)
+
+    @property
+    def kills(self) -> int:
+        """Job crashes by SIGKILL that happened: random kills and fault points that fired."""
+        return sum(self.count(k) for k in (KILL, *INJECTED))
+
+    @property
+    def missed(self) -> int:
+        """Planned faults that could not be injected."""
+        return sum(1 for e in self.events if not e.injected)
+
+    @property
+    def exact(self) -> bool:
+        return self.committed is not None and self.committed.exact
+
+    @property
+    def ok(self) -> bool:
+        """Exact output, and every planned fault was injected and did what it should."""
+        return self.exact and self.missed == 0 and not self.unconfirmed
+
+    @property
+    def duplicates_prevented(self) -> int:
+        """Duplicates a read_uncommitted reader sees (aborted transactions) that read_committed
+        readers never see."""
+        if self.uncommitted is None or self.committed is None:
+            return 0
+        return max(0, self.uncommitted.duplicates - self.committed.duplicates)
+
+    def summary(self) -> str:
+        results = self.committed.results if self.committed is not None else 0
+        return (
+            f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
+            f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
+            f"broker_restarts={self.count(BROKER_RESTART)} unplanned_exits={self.count(JOB_EXIT)} "
+            f"missed_faults={self.missed} confirmed_faults={len(self.confirmed)} "
+            f"unconfirmed_faults={len(self.unconfirmed)} job_starts={self.job_starts} "
+            f"records={self.records} "
+            f"results={results} duplicates_prevented={self.duplicates_prevented} "
+            f"seconds={self.seconds:.0f} seed={self.seed}"
+        )

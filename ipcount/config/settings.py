@@ -1,0 +1,263 @@
+"""ipcount's settings: one frozen dataclass per section, their validation, redaction of secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipcount.errors import ConfigError
+
+__all__ = [
+    "KafkaSettings",
+    "TopicSettings",
+    "JobSettings",
+    "SinkSettings",
+    "BrokerSettings",
+    "SparkSettings",
+    "Settings",
+    "SECTIONS",
+    "PASSTHROUGH",
+    "redact",
+    "validate",
+]
+
+# Keys whose values never appear in repr or logs.
+_SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.pem", "credentials")
+
+
+def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of a librdkafka-style dict with secret values replaced by '***'."""
+    return {
+        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in conf.items()
+    }
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where Kafka is and how every client talks to it (`kafka.*` passthrough tables)."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    # librdkafka settings for every client (SASL/TLS go here), then per role.
+    client: dict[str, str] = field(default_factory=dict)
+    consumer: dict[str, str] = field(default_factory=dict)
+    producer: dict[str, str] = field(default_factory=dict)
+    admin: dict[str, str] = field(default_factory=dict)
+    # How long a CLI waits for the broker to answer before giving up.
+    connect_timeout_seconds: float = 10.0
+
+    def to_librdkafka(self, role: str = "client") -> dict[str, str]:
+        """The dotted-key dict for one client role: consumer, producer, admin or client."""
+        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.client)
+        if role in ("consumer", "producer", "admin"):
+            conf.update(getattr(self, role))
+        elif role != "client":
+            raise ValueError(f"unknown Kafka client role {role!r}")
+        return conf
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"client={redact(self.client)!r}, consumer={redact(self.consumer)!r}, "
+            f"producer={redact(self.producer)!r}, admin={redact(self.admin)!r})"
+        )
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Topic names and how `ipcount topics create` makes them."""
+
+    source: str = "ip_count_source"
+    sink: str = "ip_count_sink"
+    progress: str = "ip_count_sink_progress"
+    late: str = "ip_count_late"
+    dead_letter: str = "ip_count_dead_letter"
+    source_partitions: int = 3
+    sink_partitions: int = 3
+    replication_factor: int = 1
+    # -1 keeps records forever, so historical event times (backfills, benchmarks) survive.
+    source_retention_ms: int = -1
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """The streaming job: windows, watermark, idleness, triggers and bad-record handling."""
+
+    window_seconds: float = 5.0
+    watermark_delay_seconds: float = 5.0
+    idle_timeout_seconds: float = 2.0
+    trigger_interval_seconds: float = 1.0
+    checkpoint_location: str = ".ipcount/checkpoints/ipcount"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int = 500_000
+    min_partitions: int = 0
+    max_records_per_partition: int = 0
+    fail_on_data_loss: bool = True
+    # Records longer than this are malformed (dead-lettered), never parsed.
+    max_record_bytes: int = 8192
+    # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """The transactional Avro sink."""
+
+    # Must not exceed the broker's transaction.max.timeout.ms (checked at start-up).
+    transaction_timeout_ms: int = 60_000
+    # 'single-object' (Avro single-object encoding) or 'confluent' (needs schema_registry_url).
+    wire_format: str = "single-object"
+    schema_registry_url: str = ""
+    # How long a retriable Kafka error is retried before the batch fails.
+    retry_deadline_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The local noida-db broker that `ipcount broker` runs for development and the demo."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    data_dir: str = ".ipcount/broker"
+    start_timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The Spark session: master, parallelism, state store, and free-form `spark.*` settings."""
+
+    master: str = "local[*]"
+    app_name: str = "ipcount"
+    # Fixed in the checkpoint at first start; about one per executor core (see conf/ipcount.toml).
+    shuffle_partitions: int = 2
+    # 'rocksdb' or 'hdfs' (Spark's default in-memory/HDFS-backed provider).
+    state_store: str = "rocksdb"
+    driver_memory: str = "2g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All of ipcount's settings."""
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    topics: TopicSettings = field(default_factory=TopicSettings)
+    job: JobSettings = field(default_factory=JobSettings)
+    sink: SinkSettings = field(default_factory=SinkSettings)
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    # Where the settings came from, for messages ("defaults" when no file was read).
+    source_path: str = "defaults"
+
+    def replace(self, section: str, **changes: Any) -> Settings:
+        """Return a copy with fields of one section changed (validated again)."""
+        new = dataclasses.replace(
+            self, **{section: dataclasses.replace(getattr(self, section), **changes)}
+        )
+        validate(new)
+        return new
+
+
+SECTIONS: dict[str, type] = {
+    "kafka": KafkaSettings,
+    "topics": TopicSettings,
+    "job": JobSettings,
+    "sink": SinkSettings,
+    "broker": BrokerSettings,
+    "spark": SparkSettings,
+}
+# Free-form tables of dotted client/Spark keys: section -> table names.
+PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": ("conf",)}
+
+
+def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -> None:
+    origin = origin or {}
+
+    def fail(section: str, key: str, why: str) -> None:
+        where = origin.get((section, key))
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}{section}.{key} {why}")
+
+    if not s.kafka.bootstrap_servers.strip():
+        fail("kafka", "bootstrap_servers", "must name at least one host:port")
+    for entry in s.kafka.bootstrap_servers.split(","):
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit():
+            fail(
+                "kafka",
+                "bootstrap_servers",
+                f"must be host:port[,host:port...], got {s.kafka.bootstrap_servers!r}",
+            )
+    if s.kafka.connect_timeout_seconds <= 0:
+        fail("kafka", "connect_timeout_seconds", "must be positive")
+    for key in ("source", "sink", "progress", "late", "dead_letter"):
+        name = getattr(s.topics, key)
+        if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
+            fail(
+                "topics",
+                key,
+                f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}",
+            )
+    names = [s.topics.source, s.topics.sink, s.topics.progress, s.topics.late, s.topics.dead_letter]
+    if len(set(names)) != len(names):
+        fail("topics", "source", f"and the other topic names must all differ, got {names}")
+    for key in ("source_partitions", "sink_partitions", "replication_factor"):
+        if getattr(s.topics, key) < 1:
+            fail("topics", key, "must be at least 1")
+    if s.topics.source_retention_ms < -1 or s.topics.source_retention_ms == 0:
+        fail("topics", "source_retention_ms", "must be -1 (forever) or a positive number of ms")
+    if s.job.window_seconds <= 0:
+        fail("job", "window_seconds", f"must be positive, got {s.job.window_seconds}")
+    if (s.job.window_seconds * 1000) % 1:
+        fail("job", "window_seconds", "must be a whole number of milliseconds")
+    if s.job.watermark_delay_seconds < 0:
+        fail(
+            "job",
+            "watermark_delay_seconds",
+            f"must be zero or positive, got {s.job.watermark_delay_seconds}",
+        )
+    if s.job.idle_timeout_seconds <= 0:
+        fail("job", "idle_timeout_seconds", "must be positive")
+    if s.job.trigger_interval_seconds < 0:
+        fail("job", "trigger_interval_seconds", "must be zero (as fast as possible) or positive")
+    if not s.job.checkpoint_location.strip():
+        fail("job", "checkpoint_location", "must name a directory (local path, hdfs://, s3a://)")
+    so = s.job.starting_offsets.strip()
+    if so not in ("earliest", "latest") and not so.startswith("{"):
+        fail(
+            "job", "starting_offsets", f"must be 'earliest', 'latest' or a JSON object, got {so!r}"
+        )
+    if s.job.max_offsets_per_trigger < 1:
+        fail("job", "max_offsets_per_trigger", "must be at least 1")
+    if s.job.min_partitions < 0:
+        fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
+    if s.job.max_records_per_partition < 0:
+        fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
+    if s.job.max_record_bytes < 64:
+        fail("job", "max_record_bytes", "must be at least 64")
+    if s.sink.transaction_timeout_ms < 1000:
+        fail(
+            "sink",
+            "transaction_timeout_ms",
+            f"must be at least 1000, got {s.sink.transaction_timeout_ms}",
+        )
+    if s.sink.wire_format not in ("single-object", "confluent"):
+        fail(
+            "sink",
+            "wire_format",
+            f"must be 'single-object' or 'confluent', got {s.sink.wire_format!r}",
+        )
+    if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
+        fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")
+    if s.sink.retry_deadline_seconds <= 0:
+        fail("sink", "retry_deadline_seconds", "must be positive")
+    if not 0 < s.broker.port < 65536:
+        fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
+    if s.broker.start_timeout_seconds <= 0:
+        fail("broker", "start_timeout_seconds", "must be positive")
+    if s.spark.shuffle_partitions < 1:
+        fail("spark", "shuffle_partitions", "must be at least 1")
+    if s.spark.state_store not in ("rocksdb", "hdfs"):
+        fail("spark", "state_store", f"must be 'rocksdb' or 'hdfs', got {s.spark.state_store!r}")

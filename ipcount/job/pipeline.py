@@ -1,0 +1,271 @@
+"""The IP-count job (driver): Kafka source -> parse -> watermark -> 5 s tumbling count per IP ->
+txn sink.
+
+Run it with `ipcount run`, or with spark-submit (the same CLI):
+    spark-submit --master 'local[*]' ipcount/__main__.py run [--available-now]
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ipcount.config import Settings
+from ipcount.errors import ConfigError
+from ipcount.job.checkpoint import checkpoint_query_id
+from ipcount.job.parse import parse_access_records
+from ipcount.kafka.client import check_transaction_timeout
+from ipcount.kafka.topics import missing_topics
+from ipcount.sink.writer import sink_options
+
+__all__ = [
+    "JobQueries",
+    "source_options",
+    "build_counts",
+    "preflight",
+    "start_job",
+    "run_job",
+]
+
+logger = logging.getLogger(__name__)
+
+QUERY_NAME = "ipcount"
+DEAD_LETTER_QUERY_NAME = "ipcount-dead-letter"
+QUALITY_METRICS = "ipcount_quality"
+# Heartbeats stop once they pass the last event by window + delay + this much: enough for the
+# watermark to close every window, not so much that idle triggers run batches for ever.
+_HEARTBEAT_SLACK_MS = 1000
+
+
+@dataclass
+class JobQueries:
+    """The running queries of one job: the counts query and, when enabled, the dead-letter query."""
+
+    counts: Any
+    dead_letter: Any | None = None
+
+    def all(self) -> list[Any]:
+        return [q for q in (self.counts, self.dead_letter) if q is not None]
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def source_options(settings: Settings, *, heartbeats: bool = True) -> dict[str, str]:
+    """Options for the `ipcount-kafka` source, from settings (the one place config maps to it)."""
+    job = settings.job
+    opts = {
+        "subscribe": settings.topics.source,
+        "startingOffsets": job.starting_offsets,
+        "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
+        "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
+    }
+    if job.min_partitions:
+        opts["minPartitions"] = str(job.min_partitions)
+    if job.max_records_per_partition:
+        opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
+    if heartbeats:
+        opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
+        opts["heartbeatMaxAdvanceMs"] = str(
+            _ms(job.window_seconds) + _ms(job.watermark_delay_seconds) + _HEARTBEAT_SLACK_MS
+        )
+    for key, value in settings.kafka.to_librdkafka("consumer").items():
+        opts[f"kafka.{key}"] = value
+    return opts
+
+
+def build_counts(parsed: Any, settings: Settings) -> Any:
+    """Watermark and count real records per (5 s window, ip); heartbeats move the watermark only.
+
+    Heartbeat rows must reach `withWatermark`: a filter that drops them would be pushed below it
+    (it does not reference the event-time column) and the watermark would never see them. So they
+    are kept through the aggregation, counted as 0, and the zero-count groups dropped after it.
+    Malformed rows have no event time and are removed first: they never reach a window.
+    """
+    from pyspark.sql import functions as F
+
+    window = f"{_ms(settings.job.window_seconds)} milliseconds"
+    delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
+    counted = (
+        parsed.where(~F.col("malformed"))
+        .withWatermark("event_time", delay)
+        .groupBy(F.window("event_time", window), F.col("ip"))
+        .agg(F.sum(F.when(F.col("heartbeat"), 0).otherwise(1)).cast("long").alias("count"))
+    )
+    return counted.where(F.col("count") > 0).select(
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        F.col("ip"),
+        F.col("count"),
+    )
+
+
+def _observe_quality(parsed: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    real = ~F.col("heartbeat")
+    return parsed.observe(
+        QUALITY_METRICS,
+        F.count(F.when(real, 1)).alias("records"),
+        F.count(F.when(F.col("malformed"), 1)).alias("malformed"),
+        F.count(F.when(F.col("heartbeat"), 1)).alias("heartbeats"),
+    )
+
+
+def preflight(settings: Settings) -> None:
+    """Checks that fail fast with a clear message before Spark starts a query.
+
+    Raises:
+        ConfigError: missing topics, or a transaction timeout above the broker's maximum.
+        BrokerError: the broker is unreachable.
+    """
+    needed = [settings.topics.source, settings.topics.sink, settings.topics.progress]
+    if settings.job.dead_letter:
+        needed.append(settings.topics.dead_letter)
+    missing = missing_topics(settings, needed)
+    if missing:
+        raise ConfigError(
+            f"topic(s) {', '.join(missing)} do not exist on {settings.kafka.bootstrap_servers}; "
+            "create them with `ipcount topics create` (or fix the [topics] settings)"
+        )
+    check_transaction_timeout(
+        settings.kafka.to_librdkafka("producer"),
+        settings.sink.transaction_timeout_ms,
+        settings.kafka.connect_timeout_seconds,
+    )
+
+
+def _trigger(writer: Any, settings: Settings, available_now: bool) -> Any:
+    if available_now:
+        return writer.trigger(availableNow=True)
+    interval = settings.job.trigger_interval_seconds
+    return writer.trigger(processingTime=f"{_ms(interval)} milliseconds")
+
+
+def start_job(spark: Any, settings: Settings, *, available_now: bool = False) -> JobQueries:
+    """Start the counts query (and the dead-letter query when job.dead_letter is on)."""
+    preflight(settings)
+    checkpoint = settings.job.checkpoint_location.rstrip("/")
+    query_id = checkpoint_query_id(spark, checkpoint)
+    source = spark.readStream.format("ipcount-kafka").options(**source_options(settings)).load()
+    parsed = _observe_quality(parse_access_records(source, settings.job.max_record_bytes))
+    counts = build_counts(parsed, settings)
+    writer = (
+        counts.writeStream.format("ipcount-kafka-txn")
+        .outputMode("append")
+        .queryName(QUERY_NAME)
+        .option("checkpointLocation", checkpoint)
+        .options(**sink_options(settings, query_id, topic=settings.topics.sink))
+    )
+    counts_query = _trigger(writer, settings, available_now).start()
+    logger.info(
+        "started query %s (id %s) %s -> %s, checkpoint %s",
+        QUERY_NAME,
+        query_id,
+        settings.topics.source,
+        settings.topics.sink,
+        checkpoint,
+    )
+    queries = JobQueries(counts_query)
+    if settings.job.dead_letter:
+        queries.dead_letter = _start_dead_letter(
+            spark, settings, checkpoint + "-dead-letter", available_now
+        )
+    return queries
+
+
+def _start_dead_letter(spark: Any, settings: Settings, checkpoint: str, available_now: bool) -> Any:
+    """Malformed records, raw, to topics.dead_letter: a stateless query with its own checkpoint."""
+    from pyspark.sql import functions as F
+
+    query_id = checkpoint_query_id(spark, checkpoint)
+    source = (
+        spark.readStream.format("ipcount-kafka")
+        .options(**source_options(settings, heartbeats=False))
+        .load()
+    )
+    bad = parse_access_records(source, settings.job.max_record_bytes).where(F.col("malformed"))
+    writer = (
+        bad.select("key", "value")
+        .writeStream.format("ipcount-kafka-txn")
+        .outputMode("append")
+        .queryName(DEAD_LETTER_QUERY_NAME)
+        .option("checkpointLocation", checkpoint)
+        .options(**sink_options(settings, query_id, topic=settings.topics.dead_letter, mode="raw"))
+    )
+    logger.info("started query %s -> %s", DEAD_LETTER_QUERY_NAME, settings.topics.dead_letter)
+    return _trigger(writer, settings, available_now).start()
+
+
+def run_job(
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    timeout: float | None = None,
+    spark: Any = None,
+) -> int:
+    """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails.
+
+    Returns:
+        0 when the queries stopped cleanly, 1 when one failed.
+    """
+    from ipcount.job.progress import ProgressLogger
+    from ipcount.job.session import build_session
+
+    session = spark if spark is not None else build_session(settings)
+    listener = ProgressLogger()
+    session.streams.addListener(listener)
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+
+    def _request_stop(signum: int, _frame: Any) -> None:
+        logger.info(
+            "received %s: stopping after the current micro-batch", signal.Signals(signum).name
+        )
+        stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, _request_stop)
+    queries = start_job(session, settings, available_now=available_now)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    failed = False
+    try:
+        while not stop.is_set():
+            active = [q for q in queries.all() if q.isActive]
+            for q in queries.all():
+                if not q.isActive and q.exception() is not None:
+                    failed = True
+            if failed or not active:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                logger.info("run time of %gs reached: stopping", timeout)
+                break
+            active[0].awaitTermination(0.5)
+    finally:
+        for q in queries.all():
+            if q.isActive:
+                q.stop()
+        for q in queries.all():
+            exc = q.exception()
+            if exc is not None:
+                failed = True
+                logger.error("query %s failed: %s", q.name, _short(exc))
+        session.streams.removeListener(listener)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 1 if failed else 0
+
+
+def _short(exc: Any) -> str:
+    text = str(exc)
+    # Spark wraps Python errors in long JVM traces: keep the ipcount message when there is one.
+    for line in text.splitlines():
+        if "ipcount.errors." in line or "Error:" in line and "ipcount" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else repr(exc)

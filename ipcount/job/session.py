@@ -1,0 +1,261 @@
+"""Build the job's SparkSession (driver side): settings, state store, Python workers, quiet logs.
+
+Spark settings, lowest precedence first: the Spark conf dir's spark-defaults.conf (conf/ of this
+checkout, or $SPARK_CONF_DIR), then spark-submit's own flags, then ipcount's [spark] settings, then
+[spark.conf], then `extra`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ipcount.config import Settings
+
+__all__ = [
+    "CONF_DIR",
+    "DEFAULTS_FILE",
+    "LAUNCH_ONLY",
+    "spark_conf",
+    "conf_dir",
+    "read_spark_defaults",
+    "launched_by_spark_submit",
+    "session_conf",
+    "build_session",
+    "register_data_sources",
+]
+
+logger = logging.getLogger(__name__)
+
+# conf/ beside the package in a source checkout: a Spark conf dir (spark-defaults.conf,
+# log4j2.properties) that also holds ipcount.toml.
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+DEFAULTS_FILE = "spark-defaults.conf"
+# Read when the driver JVM is launched: a JVM that spark-submit already started ignores them.
+LAUNCH_ONLY = frozenset(
+    {
+        "spark.master",
+        "spark.submit.deployMode",
+        "spark.driver.memory",
+        "spark.driver.cores",
+        "spark.driver.extraJavaOptions",
+        "spark.driver.extraClassPath",
+        "spark.driver.extraLibraryPath",
+    }
+)
+
+# What a launched JVM uses for a LAUNCH_ONLY setting nobody set.
+_LAUNCH_DEFAULTS = {"spark.driver.memory": "1g"}
+
+_STATE_STORE_PROVIDERS = {
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+}
+
+
+def spark_conf(settings: Settings) -> dict[str, str]:
+    """The Spark settings ipcount sets, from [spark]; [spark.conf] entries win."""
+    s = settings.spark
+    conf = {
+        "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": _STATE_STORE_PROVIDERS[s.state_store],
+        # Changelog checkpointing makes RocksDB commits cheap (only a batch's changes are uploaded).
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Reused Python workers: no fork and no imports per task (each read task opens its own
+        # Kafka consumer; measured ~3 ms against a local broker, not worth pooling).
+        "spark.python.worker.reuse": "true",
+        "spark.driver.memory": s.driver_memory,
+        "spark.ui.showConsoleProgress": "false",
+    }
+    conf.update(s.conf)
+    return conf
+
+
+def conf_dir() -> Path | None:
+    """The Spark conf dir whose spark-defaults.conf applies: $SPARK_CONF_DIR when it has one,
+    else conf/ of this source checkout; None when neither exists (e.g. a plain wheel install)."""
+    for candidate in (os.environ.get("SPARK_CONF_DIR"), CONF_DIR):
+        if candidate and (Path(candidate) / DEFAULTS_FILE).is_file():
+            return Path(candidate)
+    return None
+
+
+def read_spark_defaults(path: str | Path) -> dict[str, str]:
+    """Parse a spark-defaults.conf: `key value` or `key=value` lines, `#`/`!` comments."""
+    conf: dict[str, str] = {}
+    for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i, ch in enumerate(line) if ch in " \t=:"), default=len(line))
+        key, rest = line[:cut], line[cut:].lstrip(" \t")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t")
+        conf[key] = rest
+    return conf
+
+
+def launched_by_spark_submit() -> bool:
+    """True when this process is a spark-submit Python driver: its JVM already runs.
+
+    spark-submit's PythonRunner hands the driver the gateway of the JVM it started in
+    PYSPARK_GATEWAY_PORT; a process that launches its own JVM (`ipcount run`) has none yet.
+    (SPARK_ENV_LOADED is no sign of it: any child of a Spark script inherits that.)
+    """
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def session_conf(
+    settings: Settings,
+    extra: Mapping[str, str] | None = None,
+    launched: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The settings build_session passes to the session builder.
+
+    Args:
+        settings: ipcount settings ([spark] and [spark.conf]).
+        extra: further settings that win over everything (tests, benchmarks).
+        launched: the conf of a JVM spark-submit already started (None: ipcount launches it).
+            spark-submit's values win over spark-defaults.conf, and settings only the launcher
+            reads (LAUNCH_ONLY) are left out: they cannot change any more.
+    """
+    found = conf_dir()
+    defaults = read_spark_defaults(found / DEFAULTS_FILE) if found else {}
+    conf = {k: v for k, v in defaults.items() if launched is None or k not in launched}
+    conf.update(spark_conf(settings))
+    conf.update(extra or {})
+    if launched is None:
+        return conf
+    for key in sorted(LAUNCH_ONLY & conf.keys()):
+        value = conf.pop(key)
+        actual = launched.get(key, _LAUNCH_DEFAULTS.get(key, "unset"))
+        if actual != value:
+            logger.warning(
+                "%s=%s does not apply: spark-submit started the driver with %s; "
+                "set it with spark-submit (e.g. --driver-memory) or in %s",
+                key,
+                value,
+                actual,
+                DEFAULTS_FILE,
+            )
+    missing = [k for k in defaults if k not in launched and k not in LAUNCH_ONLY]
+    if found is not None and missing:
+        logger.info(
+            "spark-submit did not load %s (run it with SPARK_CONF_DIR=%s): applying its "
+            "session settings now (%s)",
+            found / DEFAULTS_FILE,
+            found,
+            ", ".join(missing),
+        )
+    return conf
+
+
+def _launched_conf() -> dict[str, str]:
+    # The JVM spark-submit started holds its conf (flags, properties file) as system properties.
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def build_session(settings: Settings, extra: Mapping[str, str] | None = None) -> Any:
+    """Get or create the SparkSession with ipcount's settings and its data sources registered.
+
+    Under spark-submit the master and the driver JVM's settings come from spark-submit; otherwise
+    ipcount launches the JVM with spark.master from [spark] and conf_dir() as SPARK_CONF_DIR
+    (so the JVM also reads its log4j2.properties).
+
+    Args:
+        settings: ipcount settings ([spark] section is used).
+        extra: further Spark settings (tests, benchmarks); they win over everything.
+    """
+    from pyspark.sql import SparkSession
+
+    # Python workers must use this interpreter; unset, Spark runs the system python3, which lacks
+    # ipcount and fails with a misleading "Python worker failed to connect back". Executors run
+    # the same path: install the same environment at the same path on every node.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # With IPCOUNT_FAULTS set, a fault point in a Python worker must kill the whole job (the
+    # pyspark daemon runs workers in its own process group): pin the driver's group first.
+    from ipcount.faults import pin_process_group
+
+    pin_process_group()
+    builder = SparkSession.builder.appName(settings.spark.app_name)
+    launched = _launched_conf() if launched_by_spark_submit() else None
+    if launched is None:
+        master = settings.spark.master
+        builder = builder.master(master)
+        # Local mode stays on loopback; a cluster's executors must reach the driver, so the
+        # operator chooses its address (SPARK_LOCAL_IP / spark.driver.host).
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        found = conf_dir()
+        if found is not None:
+            os.environ.setdefault("SPARK_CONF_DIR", str(found))
+    else:
+        if launched.get("spark.master") != settings.spark.master:
+            logger.info(
+                "master %s (from spark-submit; the spark.master setting %s is not used)",
+                launched.get("spark.master"),
+                settings.spark.master,
+            )
+        _check_py_files(launched)
+    for key, value in session_conf(settings, extra, launched).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if launched is not None:
+        # This Python process ends before spark-submit's JVM: stop the session first, or the JVM's
+        # listener bus calls the progress listener back into a Python that is gone (an ERROR).
+        atexit.register(spark.stop)
+    spark.sparkContext.setLogLevel(os.environ.get("IPCOUNT_SPARK_LOG_LEVEL", "WARN"))
+    register_data_sources(spark)
+    return spark
+
+
+def _check_py_files(launched: Mapping[str, str]) -> None:
+    """Warn when --py-files archives are not on spark-submit's PYTHONPATH as well.
+
+    PySpark 4.3 gives --py-files to the driver's Python process and to executors, but not to the
+    processes the driver JVM starts for a Python streaming data source (offsets, planning): they
+    fail with "No module named 'ipcount'" unless the JVM's own PYTHONPATH names the archive.
+    """
+    from pyspark import SparkContext
+
+    archives = [a for a in launched.get("spark.submit.pyFiles", "").split(",") if a]
+    if not archives or SparkContext._jvm is None:
+        return
+    jvm_path = SparkContext._jvm.java.lang.System.getenv("PYTHONPATH") or ""
+    on_path = {os.path.basename(p) for p in jvm_path.split(os.pathsep) if p}
+    missing = [a for a in archives if os.path.basename(a) not in on_path]
+    if missing:
+        logger.warning(
+            "--py-files %s: also put the archive on spark-submit's PYTHONPATH "
+            "(PYTHONPATH=/absolute/path/ipcount.zip spark-submit ...), or the driver's Python data "
+            "source processes cannot import ipcount",
+            ",".join(missing),
+        )
+
+
+def register_data_sources(spark: Any) -> None:
+    """Register ipcount's Python data sources (the Kafka source and the transactional sink)."""
+    import importlib
+
+    for module_name, class_name in (
+        ("ipcount.source.reader", "KafkaDataSource"),
+        ("ipcount.sink.writer", "KafkaTxnDataSource"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            logger.debug("data source module %s not present", module_name)
+            continue
+        spark.dataSource.register(getattr(module, class_name))

@@ -1,0 +1,310 @@
+"""Read a topic as a downstream consumer would (read_committed by default): follow it, or read it
+to its end; decode IpCount results. Driver/CLI side: `ipcount consume`, `verify`, the sink."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from ipcount.errors import BrokerError, ConfigError, DecodeError, IpcountError
+from ipcount.formats.avro import Codec, IpCount
+from ipcount.kafka.client import describe_kafka_error, with_client_logging
+
+__all__ = [
+    "ISOLATION_LEVELS",
+    "SinkRecord",
+    "TopicReader",
+    "consumer_conf",
+    "decode_records",
+]
+
+logger = logging.getLogger(__name__)
+
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+# noida-db answers an empty fetch at once, so an idle consumer would spin (~0.5 core client plus
+# ~0.4 core broker). librdkafka fetches in its own thread, so sleeping in Python does not help,
+# and pause()/resume() loses records (a partition with no consumed record yet is reset to
+# auto.offset.reset on resume). An idle reader therefore unassigns its partitions and assigns
+# them again at concrete offsets it tracks (measured: ~0.0 core while idle, records picked up
+# within one back-off).
+_IDLE_BACKOFF_START = 0.05
+_IDLE_BACKOFF_MAX = 1.0
+# While idle, each look for new records fetches for this long only (records already on the
+# broker come back within milliseconds), so the spinning is a few % of the back-off.
+_IDLE_FETCH_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    """One Kafka record as read: where it is, its key and value bytes, its timestamp (ms)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+    @property
+    def where(self) -> str:
+        """topic[partition]@offset, for messages."""
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+def consumer_conf(
+    base: Mapping[str, str], isolation: str, group_prefix: str = "ipcount-reader"
+) -> dict[str, Any]:
+    """A librdkafka consumer config for a reader that assigns partitions itself and commits nothing.
+
+    Raises:
+        ConfigError: unknown isolation level.
+    """
+    if isolation not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"isolation level must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation!r}"
+        )
+    conf: dict[str, Any] = {"group.id": f"{group_prefix}-{uuid.uuid4().hex[:12]}"}
+    conf.update(base)
+    # Offsets are chosen by the reader, never committed: it joins no group and leaves no state.
+    conf.update(
+        {"isolation.level": isolation, "enable.auto.commit": False, "enable.partition.eof": False}
+    )
+    return with_client_logging(conf, "ipcount.consume.librdkafka")
+
+
+class TopicReader:
+    """A consumer assigned to every partition of one topic, with idle back-off.
+
+    Use as a context manager; `read_to_end()` for a snapshot, `follow()` to tail the topic.
+    """
+
+    def __init__(
+        self,
+        conf: Mapping[str, str],
+        topic: str,
+        *,
+        isolation: str = "read_committed",
+        from_beginning: bool = True,
+        timeout: float = 10.0,
+        topic_setting: str = "topics.sink",
+    ) -> None:
+        self.topic = topic
+        self.isolation = isolation
+        self.timeout = timeout
+        self._base = dict(conf)
+        self._consumer = Consumer(consumer_conf(conf, isolation))
+        try:
+            md = self._consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            self._consumer.close()
+            raise BrokerError(
+                f"cannot read metadata from {conf.get('bootstrap.servers')}: "
+                f"{describe_kafka_error(exc)}"
+            ) from exc
+        if topic not in md.topics or md.topics[topic].error is not None:
+            self._consumer.close()
+            raise ConfigError(
+                f"topic {topic!r} ({topic_setting}) does not exist on "
+                f"{conf.get('bootstrap.servers')}: run `ipcount topics create` or fix the setting"
+            )
+        self.partitions = sorted(md.topics[topic].partitions)
+        try:
+            if from_beginning:
+                self._next = {p: low for p, (low, _) in self.watermarks().items()}
+            else:
+                # This consumer's own query answers the last stable offset under read_committed,
+                # which is where a new read_committed reader starts.
+                self._next = {
+                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1]
+                    for p in self.partitions
+                }
+        except KafkaException as exc:
+            self._consumer.close()
+            raise BrokerError(
+                f"cannot query the end of {topic}: {describe_kafka_error(exc)}"
+            ) from exc
+        except BaseException:
+            self._consumer.close()
+            raise
+        self._assigned = False
+        self._idle = _IDLE_BACKOFF_START
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the consumer (no offsets are committed)."""
+        self._consumer.close()
+
+    def watermarks(self) -> dict[int, tuple[int, int]]:
+        """(low, high) offsets per partition: the true end, whatever this reader's isolation.
+
+        A read_committed consumer's watermark query answers the last stable offset instead, which
+        stops short of open transactions.
+        """
+        probe = Consumer(consumer_conf(self._base, "read_uncommitted", "ipcount-probe"))
+        try:
+            ends = {}
+            for p in self.partitions:
+                ends[p] = probe.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout
+                )
+            return ends
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot query the end offsets of {self.topic}: {describe_kafka_error(exc)}"
+            ) from exc
+        finally:
+            probe.close()
+
+    def positions(self) -> dict[int, int]:
+        """The next offset this reader will read per partition (past transaction markers and
+        aborted records it has skipped)."""
+        if self._assigned:
+            tps = self._consumer.position([TopicPartition(self.topic, p) for p in self.partitions])
+            for tp in tps:
+                if tp.offset >= 0 and tp.offset > self._next[tp.partition]:
+                    self._next[tp.partition] = tp.offset
+        return dict(self._next)
+
+    def _behind(self) -> bool:
+        """Whether some partition holds records this reader has not received yet: its position
+        is below the end this consumer may read to (the last stable offset under read_committed).
+        One ListOffsets request per partition."""
+        for p, pos in self.positions().items():
+            try:
+                _, end = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                logger.debug("end offset of %s/%d unknown: %s", self.topic, p, exc)
+                return False
+            if pos < end:
+                return True
+        return False
+
+    def poll(self, max_records: int = 10_000, timeout: float = 0.5) -> list[SinkRecord]:
+        """Up to `max_records` records; after an empty poll with nothing left to read, stop
+        fetching for a growing back-off (so neither this client nor the broker spins) before the
+        next look. An empty poll while records are waiting is a slow fetch, not idleness (noida-db
+        answers with a partition's whole backlog): the reader keeps its partitions and waits."""
+        if not self._assigned:
+            if self._idle > _IDLE_BACKOFF_START:
+                timeout = min(timeout, _IDLE_FETCH_SECONDS)
+            self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._next.items()])
+            self._assigned = True
+        try:
+            msgs = self._consumer.consume(max_records, timeout)
+        except KafkaException as exc:
+            raise BrokerError(f"reading {self.topic} failed: {describe_kafka_error(exc)}") from exc
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.fatal() or not err.retriable():
+                    logger.warning(
+                        "consumer error on %s: %s", self.topic, describe_kafka_error(err)
+                    )
+                continue
+            rec = SinkRecord(
+                str(m.topic()),
+                int(m.partition() or 0),
+                int(m.offset() or 0),
+                m.key(),
+                m.value(),
+                m.timestamp()[1],
+            )
+            self._next[rec.partition] = rec.offset + 1
+            out.append(rec)
+        if out:
+            self._idle = _IDLE_BACKOFF_START
+        elif self._behind():
+            # Records are there but their fetch has not arrived yet: releasing the partitions
+            # now would drop that fetch, and a reader whose fetches always outlast one look
+            # would never advance.
+            self._idle = _IDLE_BACKOFF_START
+        else:
+            self.positions()  # keep what the consumer skipped (markers) before letting go
+            self._consumer.unassign()
+            self._assigned = False
+            time.sleep(self._idle)
+            self._idle = min(self._idle * 2, _IDLE_BACKOFF_MAX)
+        return out
+
+    def read_to_end(self, deadline_seconds: float = 60.0) -> Iterator[SinkRecord]:
+        """Every record up to the topic's end as it is now, in this reader's isolation level.
+
+        Stops when every partition's position reaches the high watermark taken at the start
+        (positions, not record counts: aborted records and transaction markers occupy offsets).
+
+        Raises:
+            IpcountError: a partition did not reach its end within `deadline_seconds`; with
+                read_committed that means an open transaction holds readers back.
+        """
+        marks = self.watermarks()
+        ends = {p: high for p, (_, high) in marks.items()}
+        deadline = time.monotonic() + deadline_seconds
+        pending = {p for p, (low, high) in marks.items() if high > low}
+        while pending:
+            yield from self.poll()
+            pos = self.positions()
+            pending = {p for p in pending if pos.get(p, -1) < ends[p]}
+            if pending and time.monotonic() > deadline:
+                stuck = ", ".join(f"[{p}] at {pos.get(p)} of {ends[p]}" for p in sorted(pending))
+                hint = ""
+                if self.isolation == "read_committed":
+                    hint = (
+                        ": an open transaction holds read_committed readers back. A killed "
+                        "producer's transaction stays open until a producer with the same "
+                        "transactional.id starts again (restart the job) or the broker times it "
+                        "out (transaction.timeout.ms; noida-db never does)"
+                    )
+                raise IpcountError(
+                    f"{self.topic} did not reach its end within {deadline_seconds:g}s: "
+                    f"{stuck}{hint}"
+                )
+
+    def follow(
+        self, idle_exit: float | None = None, max_records: int | None = None
+    ) -> Iterator[SinkRecord]:
+        """Tail the topic: stop after `idle_exit` seconds without records or `max_records` records
+        (None: run until interrupted)."""
+        seen = 0
+        last: float | None = None  # the idle clock starts after the first fetch attempt
+        while max_records is None or seen < max_records:
+            batch = self.poll(
+                max_records=min(10_000, max_records - seen) if max_records else 10_000
+            )
+            now = time.monotonic()
+            if batch:
+                last = now
+                seen += len(batch)
+                yield from batch
+            elif last is None:
+                last = now
+            elif idle_exit is not None and now - last >= idle_exit:
+                return
+
+
+def decode_records(
+    records: Iterable[SinkRecord], codec: Codec
+) -> Iterator[tuple[SinkRecord, IpCount]]:
+    """Decode each record's value.
+
+    Raises:
+        DecodeError: naming topic, partition and offset of the first bad record.
+    """
+    for rec in records:
+        try:
+            yield rec, codec.decode(rec.value)  # type: ignore[arg-type]
+        except DecodeError as exc:
+            raise DecodeError(f"{rec.where}: {exc}") from exc

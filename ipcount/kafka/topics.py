@@ -1,0 +1,109 @@
+"""Topic provisioning from config: source, sink, progress (compacted), late, dead-letter."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewTopic
+
+from ipcount.config import Settings
+from ipcount.errors import BrokerError
+from ipcount.kafka.client import admin_client, describe_kafka_error, wait_for_metadata
+
+__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "missing_topics"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic ipcount needs, with the partitions and settings it is created with."""
+
+    name: str
+    role: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """The topics the configured pipeline uses."""
+    t = settings.topics
+    return [
+        TopicSpec(
+            t.source, "source", t.source_partitions, {"retention.ms": str(t.source_retention_ms)}
+        ),
+        TopicSpec(t.sink, "sink", t.sink_partitions, {}),
+        # One compacted partition: the latest committed batch per query id.
+        TopicSpec(t.progress, "progress", 1, {"cleanup.policy": "compact"}),
+        TopicSpec(t.late, "late", t.sink_partitions, {}),
+        TopicSpec(
+            t.dead_letter,
+            "dead-letter",
+            t.sink_partitions,
+            {"retention.ms": str(t.source_retention_ms)},
+        ),
+    ]
+
+
+def missing_topics(settings: Settings, names: list[str] | None = None) -> list[str]:
+    """Which of the configured (or named) topics do not exist on the cluster."""
+    conf = settings.kafka.to_librdkafka("admin")
+    md = wait_for_metadata(conf, settings.kafka.connect_timeout_seconds)
+    wanted = names if names is not None else [s.name for s in topic_specs(settings)]
+    return [n for n in wanted if n not in md.topics]
+
+
+def ensure_topics(settings: Settings) -> dict[str, str]:
+    """Create every configured topic that does not exist yet; idempotent.
+
+    Returns:
+        topic name -> 'created' or 'exists'.
+
+    Raises:
+        BrokerError: the broker is unreachable or refuses to create a topic.
+    """
+    conf = settings.kafka.to_librdkafka("admin")
+    md = wait_for_metadata(conf, settings.kafka.connect_timeout_seconds)
+    specs = topic_specs(settings)
+    result: dict[str, str] = {}
+    new: list[NewTopic] = []
+    for spec in specs:
+        if spec.name in md.topics:
+            have = len(md.topics[spec.name].partitions)
+            if have < spec.partitions:
+                logger.warning(
+                    "topic %s has %d partitions, config asks for %d: leaving it as it is",
+                    spec.name,
+                    have,
+                    spec.partitions,
+                )
+            result[spec.name] = "exists"
+        else:
+            new.append(
+                NewTopic(
+                    spec.name,
+                    num_partitions=spec.partitions,
+                    replication_factor=settings.topics.replication_factor,
+                    config=spec.config,
+                )
+            )
+    if not new:
+        return result
+    admin = admin_client(conf)
+    futures = admin.create_topics(new, operation_timeout=settings.kafka.connect_timeout_seconds)
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=settings.kafka.connect_timeout_seconds + 5)
+            result[name] = "created"
+            logger.info("created topic %s", name)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                result[name] = "exists"
+                continue
+            raise BrokerError(
+                f"could not create topic {name}: {describe_kafka_error(exc)}"
+            ) from exc
+    return {spec.name: result[spec.name] for spec in specs}

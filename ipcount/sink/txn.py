@@ -1,0 +1,398 @@
+"""The sink's transactional producer (driver side): one Kafka transaction per micro-batch with
+its records and a progress marker {queryId, batchId}; idempotent replay; classified Kafka errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from ipcount.errors import ConfigError, FatalKafkaError, SinkError, TransactionAbortedError
+from ipcount.faults import fault_point
+from ipcount.kafka.client import (
+    check_transaction_timeout,
+    describe_kafka_error,
+    transaction_timeout_error,
+    with_client_logging,
+)
+from ipcount.kafka.consume import TopicReader
+from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig, run_started_ms
+
+__all__ = ["TxnSession", "session_for", "abort_open_transaction"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# librdkafka reports a fenced producer as _FENCED (fatal); the broker codes behind it too.
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_BACKOFF_START, _BACKOFF_MAX = 0.1, 2.0
+
+
+class TxnSession:
+    """One transactional producer for one transactional.id, and the last batch it committed.
+
+    `start()` (called by the first commit) checks the topics and the transaction timeout,
+    runs init_transactions (fencing any older producer with this id and aborting its open
+    transaction) and then reads the progress marker with read_committed.
+    """
+
+    def __init__(self, config: TxnConfig) -> None:
+        self.config = config
+        self.last_committed: int | None = None
+        # The run id in the newest progress marker (who committed last_committed).
+        self.last_run_id: str = ""
+        self._producer: Any = None
+        self._in_transaction = False
+
+    @property
+    def started(self) -> bool:
+        return self._producer is not None
+
+    def start(self) -> None:
+        """Create the producer, fence predecessors, and load the last committed batchId.
+
+        Raises:
+            ConfigError: a topic is missing, or the transaction timeout is above the broker's.
+            FatalKafkaError / SinkError: the producer could not be initialised.
+        """
+        cfg = self.config
+        producer_conf = dict(cfg.producer_conf)
+        # Java clients' partitioner: the same IP lands in the same partition whoever writes it.
+        producer_conf.setdefault("partitioner", "murmur2_random")
+        producer_conf.update(
+            {
+                "transactional.id": cfg.transactional_id,
+                "transaction.timeout.ms": str(cfg.transaction_timeout_ms),
+                "enable.idempotence": "true",
+            }
+        )
+        check_transaction_timeout(cfg.producer_conf, cfg.transaction_timeout_ms)
+        producer = Producer(with_client_logging(producer_conf, "ipcount.txn.librdkafka"))
+        self._check_topics(producer)
+        self._producer = producer
+        try:
+            self._call("init_transactions", lambda t: producer.init_transactions(t))
+            self.last_committed, self.last_run_id = self._read_progress()
+        except BaseException:
+            # Never keep a producer whose last committed batch is unknown: it could rewrite one.
+            self._discard()
+            raise
+        logger.info(
+            "transactional.id %s ready: last committed batch of query %s is %s",
+            cfg.transactional_id,
+            cfg.query_id,
+            self.last_committed,
+        )
+
+    def commit_batch(self, batch_id: int, records: Iterable[Record]) -> CommitOutcome:
+        """Write one micro-batch in one transaction, together with its progress marker.
+
+        Args:
+            batch_id: Spark's batchId.
+            records: (key, value) pairs for the sink topic.
+
+        Returns:
+            What was done; batches at or below the last committed batchId write nothing.
+
+        Raises:
+            TransactionAbortedError: the transaction was aborted; retrying the batch is safe.
+            FatalKafkaError: fenced by a newer job, or a fatal error: this writer must stop.
+        """
+        batch = list(records)
+        cached = self.started
+        try:
+            return self._commit_once(batch_id, batch)
+        except FatalKafkaError as exc:
+            if not cached or not _is_fenced(exc):
+                raise
+        # This process's producer was fenced since its last commit. The fencer is either a newer
+        # job on the same checkpoint (then this one must stop) or another Python worker of this
+        # very job: Spark may run one query's commits in different reused workers, each with its
+        # own producer for the transactional.id. Re-initialising fences the other producer and
+        # re-reads the progress marker, so a batch the fencer committed is skipped, never doubled.
+        logger.warning(
+            "batch %d: producer for %s was fenced since the last commit; re-initialising",
+            batch_id,
+            self.config.transactional_id,
+        )
+        self.start()
+        if self._newer_run_committed():
+            self._discard()
+            raise FatalKafkaError(
+                f"batch {batch_id}: a newer job (run {self.last_run_id}) is writing with the same "
+                f"transactional.id {self.config.transactional_id!r} (query "
+                f"{self.config.query_id}): two jobs are using the same checkpoint; this one "
+                f"(run {self.config.run_id}) stops, the newer one continues"
+            )
+        # Fenced again within this one batch: another job is committing right now.
+        return self._commit_once(batch_id, batch)
+
+    def _newer_run_committed(self) -> bool:
+        mine = self.config.run_id
+        theirs = self.last_run_id
+        if not mine or not theirs or theirs == mine:
+            return False
+        return run_started_ms(theirs) > run_started_ms(mine)
+
+    def _commit_once(self, batch_id: int, records: list[Record]) -> CommitOutcome:
+        started = time.monotonic()
+        if not self.started:
+            # Even for an empty batch: init_transactions aborts what a crashed predecessor left
+            # open, which would otherwise hold back read_committed readers (and other queries'
+            # progress reads on the shared progress topic) until the broker times it out.
+            self.start()
+        it = iter(records)
+        first = next(it, None)
+        if first is None:
+            # No transaction and no marker: the marker only has to cover batches with output, and
+            # a replay of an empty batch writes nothing either (idle triggers stay cheap).
+            logger.debug("batch %d has no results: nothing to commit", batch_id)
+            return CommitOutcome("empty", batch_id, 0, time.monotonic() - started)
+        if self.last_committed is not None and batch_id <= self.last_committed:
+            logger.info(
+                "batch %d already committed (last committed %d): skipping the replay",
+                batch_id,
+                self.last_committed,
+            )
+            return CommitOutcome("replay", batch_id, 0, time.monotonic() - started)
+        producer = self._producer
+        self._call("begin_transaction", lambda _t: producer.begin_transaction())
+        self._in_transaction = True
+        try:
+            count = self._produce_all(producer, _chain(first, it))
+            marker = {
+                "queryId": self.config.query_id,
+                "batchId": batch_id,
+                "runId": self.config.run_id,
+                "records": count,
+                "transactionalId": self.config.transactional_id,
+                "committedAtMs": int(time.time() * 1000),
+            }
+            _produce(
+                producer,
+                self.config.progress_topic,
+                json.dumps(marker, separators=(",", ":")).encode(),
+                self.config.query_id.encode(),
+            )
+            # commit_transaction flushes anyway; flushing first means that at sink.before_commit
+            # the batch sits on the broker inside the open transaction (what a crash leaves).
+            producer.flush(self.config.retry_deadline_seconds)
+            fault_point("sink.before_commit", batch_id)
+        except KafkaException as exc:
+            self._fail_in_transaction(batch_id, "producing", exc)
+        except BaseException:
+            self._abort_quietly(batch_id)
+            raise
+        self._call(
+            "commit_transaction", lambda t: producer.commit_transaction(t), batch_id=batch_id
+        )
+        self._in_transaction = False
+        self.last_committed = batch_id
+        fault_point("sink.after_commit", batch_id)
+        seconds = time.monotonic() - started
+        logger.info("batch %d committed: %d records in %.3fs", batch_id, count, seconds)
+        return CommitOutcome("committed", batch_id, count, seconds)
+
+    def abort_open(self, batch_id: int) -> bool:
+        """Abort the open transaction, if any. Returns whether one was open."""
+        if not self._in_transaction or self._producer is None:
+            return False
+        producer = self._producer
+        self._call("abort_transaction", lambda t: producer.abort_transaction(t))
+        self._in_transaction = False
+        logger.warning("batch %d: open transaction aborted", batch_id)
+        return True
+
+    def close(self) -> None:
+        """Drop the producer (an open transaction is aborted by the next init with this id)."""
+        self._producer = None
+        self._in_transaction = False
+
+    def _produce_all(self, producer: Any, records: Iterable[Record]) -> int:
+        topic = self.config.topic
+        count = 0
+        for key, value in records:
+            _produce(producer, topic, value, key)
+            count += 1
+        return count
+
+    def _check_topics(self, producer: Any) -> None:
+        cfg = self.config
+        try:
+            # All topics, not named ones: asking for a named topic may auto-create it.
+            md = producer.list_topics(timeout=min(cfg.retry_deadline_seconds, 30.0))
+        except KafkaException as exc:
+            raise SinkError(
+                f"cannot read metadata from {cfg.producer_conf.get('bootstrap.servers')}",
+                exc.args[0],
+            ) from exc
+        for name, setting in ((cfg.topic, "topic"), (cfg.progress_topic, "progressTopic")):
+            if name not in md.topics:
+                raise ConfigError(
+                    f"sink {setting} {name!r} does not exist: run `ipcount topics create` "
+                    "(topics.sink / topics.progress)"
+                )
+
+    def _read_progress(self) -> tuple[int | None, str]:
+        """The last committed batchId of this query and the run id that committed it."""
+        cfg = self.config
+        key = cfg.query_id.encode()
+        last: int | None = None
+        run_id = ""
+        with TopicReader(
+            cfg.consumer_conf,
+            cfg.progress_topic,
+            isolation="read_committed",
+            topic_setting="topics.progress",
+        ) as reader:
+            for rec in reader.read_to_end(cfg.retry_deadline_seconds):
+                if rec.key != key:
+                    continue
+                try:
+                    marker = json.loads(rec.value or b"")
+                    batch = int(marker["batchId"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise SinkError(
+                        f"progress marker {rec.where} for query {cfg.query_id} is unreadable "
+                        f"({exc}); it was not written by ipcount"
+                    ) from exc
+                if last is None or batch >= last:
+                    last, run_id = batch, str(marker.get("runId", ""))
+        return last, run_id
+
+    def _call(self, op: str, fn: Callable[[float], T], batch_id: int | None = None) -> T:
+        """Run one transactional API call, classifying its Kafka errors: retriable -> retry with
+        back-off until retry_deadline_seconds; txn_requires_abort -> abort, TransactionAbortedError;
+        fenced/fatal -> FatalKafkaError; INVALID_TRANSACTION_TIMEOUT -> ConfigError."""
+        cfg = self.config
+        deadline = time.monotonic() + cfg.retry_deadline_seconds
+        backoff = _BACKOFF_START
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            try:
+                return fn(remaining)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not isinstance(err, KafkaError):
+                    self._discard()
+                    raise FatalKafkaError(f"{op} failed unexpectedly: {exc}") from exc
+                if err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                    self._discard()
+                    raise transaction_timeout_error(cfg.transaction_timeout_ms, None) from exc
+                if err.fatal() or err.code() in _FENCED_CODES:
+                    raise self._fatal(op, err) from exc
+                if err.txn_requires_abort() and op != "abort_transaction":
+                    self._fail_in_transaction(batch_id, op, exc)
+                if err.retriable() and time.monotonic() < deadline:
+                    logger.warning(
+                        "%s: retriable Kafka error, retrying in %.1fs: %s",
+                        op,
+                        backoff,
+                        describe_kafka_error(err),
+                    )
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+                    continue
+                if self._in_transaction:
+                    self._fail_in_transaction(batch_id, op, exc)
+                self._discard()
+                why = (
+                    "kept failing past sink.retry_deadline_seconds" if err.retriable() else "failed"
+                )
+                raise SinkError(f"{op} {why} ({cfg.retry_deadline_seconds:g}s)", err) from exc
+
+    def _fatal(self, op: str, err: KafkaError) -> FatalKafkaError:
+        """Drop the producer and build the error for a fenced or fatally failed producer."""
+        self._discard()
+        cfg = self.config
+        if err.code() in _FENCED_CODES:
+            return FatalKafkaError(
+                f"{op}: this writer was fenced: another producer started with the same "
+                f"transactional.id {cfg.transactional_id!r} (query {cfg.query_id}). Two jobs are "
+                "using the same checkpoint; this one stops, the newer one continues",
+                err,
+            )
+        return FatalKafkaError(
+            f"{op}: fatal Kafka error for transactional.id {cfg.transactional_id!r}; the producer "
+            "cannot continue: restart the job",
+            err,
+        )
+
+    def _fail_in_transaction(self, batch_id: int | None, op: str, exc: KafkaException) -> None:
+        """Abort the open transaction and raise TransactionAbortedError (or FatalKafkaError)."""
+        err = exc.args[0] if exc.args else exc
+        if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES):
+            raise self._fatal(f"{op} for batch {batch_id}", err) from exc
+        self._in_transaction = False
+        producer = self._producer
+        self._call("abort_transaction", lambda t: producer.abort_transaction(t))
+        raise TransactionAbortedError(
+            f"{op} for batch {batch_id} failed; its transaction was aborted, nothing of it is "
+            "visible to read_committed readers, and the batch can be retried",
+            err,
+        ) from exc
+
+    def _abort_quietly(self, batch_id: int) -> None:
+        try:
+            self.abort_open(batch_id)
+        except Exception:  # the original error matters more; the next init aborts it anyway
+            logger.exception("batch %d: abort after a failure failed too", batch_id)
+            self._discard()
+
+    def _discard(self) -> None:
+        # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and
+        # re-reads the progress marker, so the outcome of an uncertain commit is decided by Kafka.
+        self._producer = None
+        self._in_transaction = False
+        self.last_committed = None
+
+
+def _is_fenced(exc: FatalKafkaError) -> bool:
+    err = exc.kafka_error
+    return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
+
+
+def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key)
+            return
+        except BufferError:
+            # The local queue is full: let librdkafka send, then try again.
+            producer.poll(0.05)
+
+
+def _chain(first: Record, rest: Iterable[Record]) -> Iterable[Record]:
+    yield first
+    yield from rest
+
+
+# Commits run in a reused Python process on the driver, while the writer object is rebuilt for
+# every batch: the producer and the last committed batchId therefore live at module level.
+_SESSIONS: dict[str, TxnSession] = {}
+_LOCK = threading.Lock()
+
+
+def session_for(config: TxnConfig) -> TxnSession:
+    """The process-wide session for `config.transactional_id` (replaced if the config changed)."""
+    with _LOCK:
+        current = _SESSIONS.get(config.transactional_id)
+        if current is None or current.config != config:
+            if current is not None:
+                current.close()
+            current = TxnSession(config)
+            _SESSIONS[config.transactional_id] = current
+        return current
+
+
+def abort_open_transaction(transactional_id: str, batch_id: int) -> bool:
+    """Abort the process-wide session's open transaction, if it has one."""
+    with _LOCK:
+        session = _SESSIONS.get(transactional_id)
+    return session is not None and session.abort_open(batch_id)

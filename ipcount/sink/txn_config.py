@@ -1,0 +1,78 @@
+"""What the sink's transactional producer is given and what it reports: its config, the ids of a
+query and of one start of it, a commit's outcome. Plain data, picklable."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from ipcount.errors import ConfigError
+
+__all__ = [
+    "Record",
+    "TxnConfig",
+    "CommitOutcome",
+    "default_transactional_id",
+    "new_run_id",
+    "run_started_ms",
+]
+
+# One Kafka record: (key, value).
+Record = tuple[bytes | None, bytes | None]
+
+
+def default_transactional_id(query_id: str) -> str:
+    """The transactional.id of a query: stable, so a restarted query fences its predecessor."""
+    return f"ipcount-{query_id}"
+
+
+def new_run_id() -> str:
+    """An id for one start of a job: '<start epoch ms>-<random>', so later starts sort higher."""
+    return f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
+
+
+def run_started_ms(run_id: str) -> int:
+    """The start time a run id carries (0 when it carries none)."""
+    head = run_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    """Everything the driver needs to commit batches (plain data: picklable)."""
+
+    topic: str
+    progress_topic: str
+    query_id: str
+    transactional_id: str
+    producer_conf: dict[str, str] = field(default_factory=dict)
+    consumer_conf: dict[str, str] = field(default_factory=dict)
+    transaction_timeout_ms: int = 60_000
+    retry_deadline_seconds: float = 60.0
+    # Which start of the job writes (new_run_id); recorded in each progress marker.
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("topic", "progress_topic", "query_id", "transactional_id"):
+            if not getattr(self, name):
+                raise ConfigError(f"the transactional sink needs {name} (empty)")
+        if "bootstrap.servers" not in self.producer_conf:
+            raise ConfigError("the transactional sink needs kafka.bootstrap.servers")
+        if self.transaction_timeout_ms < 1000:
+            raise ConfigError(
+                "sink.transaction_timeout_ms must be at least 1000, "
+                f"got {self.transaction_timeout_ms}"
+            )
+        if self.retry_deadline_seconds <= 0:
+            raise ConfigError("sink.retry_deadline_seconds must be positive")
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What `commit_batch` did: 'committed', 'replay' (already committed: skipped) or 'empty'."""
+
+    status: str
+    batch_id: int
+    records: int
+    seconds: float

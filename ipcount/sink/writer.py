@@ -1,0 +1,280 @@
+"""The `ipcount-kafka-txn` streaming sink: executors encode rows in write(); the driver's commit()
+writes the whole micro-batch in one Kafka transaction (ipcount.sink.txn) with a progress marker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from ipcount.config import Settings
+from ipcount.errors import ConfigError, SchemaError
+from ipcount.formats.avro import WIRE_FORMATS, make_codec
+from ipcount.sink.txn import abort_open_transaction, session_for
+from ipcount.sink.txn_config import TxnConfig, default_transactional_id, new_run_id
+from ipcount.worker_gc import freeze_long_lived
+
+__all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]
+
+logger = logging.getLogger(__name__)
+
+_COUNTS_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
+    "window_start": (TimestampType,),
+    "window_end": (TimestampType,),
+    "ip": (StringType,),
+    "count": (LongType, IntegerType),
+}
+_RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
+    "key": (BinaryType, StringType),
+    "value": (BinaryType, StringType),
+}
+# Arrow timestamp unit -> divisor to epoch milliseconds (Avro timestamp-millis).
+_TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
+
+
+def sink_options(
+    settings: Settings,
+    query_id: str,
+    *,
+    topic: str | None = None,
+    mode: str = "counts",
+    run_id: str | None = None,
+) -> dict[str, str]:
+    """The writeStream options for this sink from ipcount settings (the one place they are mapped).
+
+    Args:
+        settings: ipcount settings ([kafka], [topics], [sink]).
+        query_id: the query's stable id (derived from its checkpoint).
+        topic: the output topic; default topics.sink.
+        mode: 'counts' (Avro IpCount) or 'raw' (key/value bytes as they are, e.g. the dead letters).
+        run_id: identifies this start of the job (default: a new one, see `new_run_id`).
+    """
+    k, s = settings.kafka, settings.sink
+    opts = {
+        "topic": topic or settings.topics.sink,
+        "progressTopic": settings.topics.progress,
+        "queryId": query_id,
+        "runId": run_id or new_run_id(),
+        "mode": mode,
+        "transactionTimeoutMs": str(s.transaction_timeout_ms),
+        "retryDeadlineSeconds": str(s.retry_deadline_seconds),
+        "wireFormat": s.wire_format,
+        "schemaRegistryUrl": s.schema_registry_url,
+        "kafka.bootstrap.servers": k.bootstrap_servers,
+    }
+    opts.update({f"kafka.{key}": value for key, value in k.client.items()})
+    opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
+    opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
+    return opts
+
+
+class KafkaTxnDataSource(DataSource):
+    """Exactly-once Kafka sink: one transaction per micro-batch; committed batches not rewritten.
+
+    Options: topic, progressTopic, queryId (required); transactionalId (default ipcount-<queryId>),
+    transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
+    ('counts' | 'raw'); kafka.<key> (producer and consumer), kafka.producer.<key>,
+    kafka.consumer.<key> (librdkafka settings).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "ipcount-kafka-txn"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaTxnStreamWriter:
+        return KafkaTxnStreamWriter(self.options, schema)
+
+
+@dataclass
+class KafkaTxnCommitMessage(WriterCommitMessage):
+    """One write task's encoded records, carried to the driver's commit()."""
+
+    partition_id: int
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+
+
+class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
+    """Encodes rows on executors; commits each micro-batch transactionally on the driver."""
+
+    DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+    DEFAULT_RETRY_DEADLINE_SECONDS = 60.0
+    DEFAULT_WIRE_FORMAT = "single-object"
+    DEFAULT_MODE = "counts"
+    MODES = ("counts", "raw")
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+
+        def required(name: str) -> str:
+            value = opts.get(name.lower(), "").strip()
+            if not value:
+                raise ConfigError(f"ipcount-kafka-txn sink: option {name!r} is required")
+            return value
+
+        self.mode = opts.get("mode", self.DEFAULT_MODE)
+        if self.mode not in self.MODES:
+            raise ConfigError(
+                f"ipcount-kafka-txn sink: option 'mode' must be one of {self.MODES}, "
+                f"got {self.mode!r}"
+            )
+        self.wire_format = opts.get("wireformat", self.DEFAULT_WIRE_FORMAT)
+        if self.wire_format not in WIRE_FORMATS:
+            raise ConfigError(
+                f"ipcount-kafka-txn sink: option 'wireFormat' (sink.wire_format) must be one of "
+                f"{', '.join(WIRE_FORMATS)}, got {self.wire_format!r}"
+            )
+        self.schema_registry_url = opts.get("schemaregistryurl", "")
+        if self.wire_format == "confluent" and not self.schema_registry_url:
+            raise ConfigError(
+                "sink.schema_registry_url (option 'schemaRegistryUrl') must be set for "
+                "wireFormat 'confluent'"
+            )
+        common, producer, consumer = {}, {}, {}
+        for key, value in opts.items():
+            if key.startswith("kafka.producer."):
+                producer[key[len("kafka.producer.") :]] = value
+            elif key.startswith("kafka.consumer."):
+                consumer[key[len("kafka.consumer.") :]] = value
+            elif key.startswith("kafka."):
+                common[key[len("kafka.") :]] = value
+        query_id = required("queryId")
+        self.config = TxnConfig(
+            topic=required("topic"),
+            progress_topic=required("progressTopic"),
+            query_id=query_id,
+            run_id=opts.get("runid", ""),
+            transactional_id=opts.get("transactionalid") or default_transactional_id(query_id),
+            producer_conf={**common, **producer},
+            consumer_conf={**common, **consumer},
+            transaction_timeout_ms=_number(
+                opts, "transactionTimeoutMs", int, self.DEFAULT_TRANSACTION_TIMEOUT_MS
+            ),
+            retry_deadline_seconds=_number(
+                opts, "retryDeadlineSeconds", float, self.DEFAULT_RETRY_DEADLINE_SECONDS
+            ),
+        )
+        self.columns = _check_schema(
+            schema, _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS, self.mode
+        )
+
+    def write(self, iterator: Iterator[Any]) -> KafkaTxnCommitMessage:
+        """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor)."""
+        from pyspark import TaskContext
+
+        freeze_long_lived()
+        ctx = TaskContext.get()
+        message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
+        if self.mode == "raw":
+            for batch in iterator:
+                message.keys.extend(_bytes_column(batch.column("key")))
+                message.values.extend(_bytes_column(batch.column("value")))
+            return message
+        codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
+        encode, keys, values = codec.encode, message.keys, message.values
+        for batch in iterator:
+            starts = _millis(batch, "window_start")
+            ends = _millis(batch, "window_end")
+            ips = batch.column("ip").to_pylist()
+            counts = batch.column("count").to_pylist()
+            for start, end, ip, count in zip(starts, ends, ips, counts, strict=True):
+                values.append(
+                    encode({"window_start": start, "window_end": end, "ip": ip, "count": count})
+                )
+                keys.append(ip.encode("utf-8"))
+        return message
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Write the batch in one transaction with its progress marker. Runs on the driver."""
+        records = (
+            (k, v)
+            for m in messages
+            if isinstance(m, KafkaTxnCommitMessage)
+            for k, v in zip(m.keys, m.values, strict=True)
+        )
+        session_for(self.config).commit_batch(batchId, records)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The batch failed: a write task failed, or commit() raised. Runs on the driver.
+
+        Records are produced only inside commit()'s transaction, and commit_batch aborts that
+        transaction itself before raising, so there is normally nothing to undo. If the commit
+        process died instead, its transaction stays open until the restarted query's
+        init_transactions (same transactional.id) aborts it; read_committed readers never see it.
+        Spark fails the batch; a restart replays it from its offsets.
+        """
+        failed = sum(1 for m in messages if m is None)
+        logger.warning(
+            "batch %d was not committed to %s (%d of %d write tasks failed; otherwise the commit "
+            "failed): nothing of it is visible to read_committed readers",
+            batchId,
+            self.config.topic,
+            failed,
+            len(messages),
+        )
+        # Defensive: commit_batch never leaves a transaction open, but if one is, end it now.
+        abort_open_transaction(self.config.transactional_id, batchId)
+
+
+def _number(opts: Mapping[str, str], name: str, kind: type, default: Any) -> Any:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(
+            f"ipcount-kafka-txn sink: option {name!r} must be a number, got {raw!r}"
+        ) from None
+
+
+def _check_schema(
+    schema: StructType, wanted: Mapping[str, tuple[type[DataType], ...]], mode: str
+) -> list[str]:
+    got = {f.name: f.dataType for f in schema.fields}
+    problems = [f"missing column {name}" for name in wanted if name not in got]
+    problems += [
+        f"column {name} is {got[name].simpleString()}, expected "
+        + " or ".join(t().simpleString() for t in types)
+        for name, types in wanted.items()
+        if name in got and not isinstance(got[name], types)
+    ]
+    problems += [f"unexpected column {name}" for name in got if name not in wanted]
+    if problems:
+        raise SchemaError(
+            f"ipcount-kafka-txn sink (mode {mode}) input: {'; '.join(problems)}; "
+            f"expected columns {', '.join(wanted)} (got {schema.simpleString()})"
+        )
+    return list(wanted)
+
+
+def _millis(batch: Any, name: str) -> list[int | None]:
+    import pyarrow as pa
+
+    column = batch.column(name)
+    divisor = _TO_MS[column.type.unit]
+    values = column.cast(pa.int64()).to_pylist()
+    if divisor is None:
+        return [v * 1000 if v is not None else None for v in values]
+    if divisor == 1:
+        return values  # type: ignore[no-any-return]
+    return [v // divisor if v is not None else None for v in values]
+
+
+def _bytes_column(column: Any) -> list[bytes | None]:
+    values = column.to_pylist()
+    if column.type in ("string", "large_string") or str(column.type) in ("string", "large_string"):
+        return [v.encode("utf-8") if v is not None else None for v in values]
+    return values  # type: ignore[no-any-return]

@@ -1,0 +1,186 @@
+"""Options of the Kafka source (parsed on the driver, carried to executors), its client configs."""
+
+from __future__ import annotations
+
+import difflib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipcount.errors import ConfigError, SourceError
+from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
+
+__all__ = ["SourceOptions", "parse_options"]
+
+# Options named like Spark's Kafka source (keys arrive lower-cased from Spark).
+_KNOWN = {
+    "subscribe",
+    "startingoffsets",
+    "maxoffsetspertrigger",
+    "minpartitions",
+    "maxrecordsperpartition",
+    "failondataloss",
+    "kafkaconsumer.polltimeoutms",
+    "idletimeoutms",
+    "heartbeatmaxadvancems",
+    "heartbeatintervalms",
+}
+# Spark Kafka options this source does not implement: fail instead of silently ignoring them.
+_UNSUPPORTED = {
+    "assign",
+    "subscribepattern",
+    "endingoffsets",
+    "startingtimestamp",
+    "startingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy",
+    "endingtimestamp",
+    "endingoffsetsbytimestamp",
+    "includeheaders",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
+    "maxrecordsperpartition",
+    "groupidprefix",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+}
+# librdkafka settings the source must own: it tracks offsets itself, in Spark's checkpoint.
+_OWNED_KAFKA = {
+    "auto.offset.reset": "use the startingOffsets option",
+    "enable.auto.commit": "offsets live in Spark's checkpoint, never in a consumer group",
+    "enable.auto.offset.store": "offsets live in Spark's checkpoint, never in a consumer group",
+    "allow.auto.create.topics": "the source never creates topics; create them first",
+}
+# Defaults for every consumer the source creates; kafka.* options override them.
+_CONSUMER_DEFAULTS = {
+    "isolation.level": "read_committed",
+    # noida-db ignores fetch size limits: one fetch can carry a partition's whole backlog.
+    "receive.message.max.bytes": "1000000000",
+    "enable.partition.eof": "false",
+}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated source options; plain data so the reader stays picklable."""
+
+    topics: tuple[str, ...]
+    starting_offsets: str | dict[TopicPartitionKey, int]
+    kafka: dict[str, str] = field(repr=False)
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+    idle_timeout_ms: int = 0
+    heartbeat_max_advance_ms: int = 60_000
+    heartbeat_interval_ms: int = 1_000
+
+    @property
+    def heartbeats(self) -> bool:
+        """Idle heartbeats (and the AvailableNow flush heartbeat) are on."""
+        return self.idle_timeout_ms > 0
+
+    @property
+    def read_committed(self) -> bool:
+        return self.kafka.get("isolation.level", "read_committed") == "read_committed"
+
+    def consumer_conf(self, role: str) -> dict[str, str]:
+        """librdkafka consumer settings for 'executor' reads or the 'driver' (metadata, tails)."""
+        conf = dict(_CONSUMER_DEFAULTS)
+        conf.update(self.kafka)
+        conf.setdefault("group.id", f"ipcount-source-{role}-{uuid.uuid4().hex[:12]}")
+        conf.setdefault("client.id", f"ipcount-source-{role}")
+        conf["enable.auto.commit"] = "false"
+        conf["enable.auto.offset.store"] = "false"
+        conf["allow.auto.create.topics"] = "false"
+        # Executors must notice deleted offsets (data loss) instead of silently jumping;
+        # the driver's tail reads may start before the log start and just move up.
+        conf["auto.offset.reset"] = "error" if role == "executor" else "earliest"
+        return conf
+
+    def admin_conf(self) -> dict[str, str]:
+        """librdkafka settings for the driver's AdminClient (offset lookups)."""
+        consumer_only = {"isolation.level", "receive.message.max.bytes", "enable.partition.eof"}
+        conf = {k: v for k, v in self.kafka.items() if k not in consumer_only and k != "group.id"}
+        conf.setdefault("client.id", "ipcount-source-admin")
+        return conf
+
+
+def _int(
+    options: Mapping[str, str], key: str, name: str, default: int | None, minimum: int
+) -> int | None:
+    if key not in options:
+        return default
+    raw = options[key]
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigError(f"option {name}={raw!r} must be an integer") from None
+    if value < minimum:
+        raise ConfigError(f"option {name}={value} must be >= {minimum}")
+    return value
+
+
+def parse_options(options: Mapping[str, Any]) -> SourceOptions:
+    """Validate the reader options given to spark.readStream.format("ipcount-kafka").
+
+    Raises:
+        ConfigError: naming the option to fix.
+    """
+    opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+    kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
+    for key in opts:
+        if key.startswith("kafka.") or key in _KNOWN or key == "path":
+            continue
+        if key in _UNSUPPORTED:
+            raise ConfigError(
+                f"option {key!r} of Spark's Kafka source is not supported by ipcount-kafka"
+            )
+        close = difflib.get_close_matches(key, sorted(_KNOWN), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown option {key!r} for ipcount-kafka{hint}")
+    for key, why in _OWNED_KAFKA.items():
+        if key in kafka:
+            raise ConfigError(f"option kafka.{key} is not allowed: {why}")
+    if not kafka.get("bootstrap.servers"):
+        raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
+    topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+    if not topics:
+        raise ConfigError("option subscribe is required: one or more comma-separated topics")
+    if len(set(topics)) != len(topics):
+        raise ConfigError(f"option subscribe={opts['subscribe']!r} names a topic twice")
+    iso = kafka.get("isolation.level", "read_committed")
+    if iso not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(
+            f"option kafka.isolation.level={iso!r} must be read_committed or read_uncommitted"
+        )
+    fail = opts.get("failondataloss", "true").strip().lower()
+    if fail not in ("true", "false"):
+        raise ConfigError(f"option failOnDataLoss={opts['failondataloss']!r} must be true or false")
+    try:
+        starting = parse_starting_offsets(opts.get("startingoffsets", "latest"), topics)
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from None
+    return SourceOptions(
+        topics=topics,
+        starting_offsets=starting,
+        kafka=kafka,
+        max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None, 1),
+        min_partitions=_int(opts, "minpartitions", "minPartitions", None, 1),
+        max_records_per_partition=_int(
+            opts, "maxrecordsperpartition", "maxRecordsPerPartition", None, 1
+        ),
+        fail_on_data_loss=fail == "true",
+        poll_timeout_ms=_int(
+            opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs", 120_000, 1
+        )
+        or 120_000,
+        idle_timeout_ms=_int(opts, "idletimeoutms", "idleTimeoutMs", 0, 0) or 0,
+        heartbeat_max_advance_ms=_int(
+            opts, "heartbeatmaxadvancems", "heartbeatMaxAdvanceMs", 60_000, 1
+        )
+        or 60_000,
+        heartbeat_interval_ms=_int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 1_000, 0)
+        or 0,
+    )

@@ -1,0 +1,218 @@
+"""Executor-side reads of the source: one offset range of a partition as Arrow batches, and the
+heartbeat row."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import cast
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from ipcount.errors import SourceError
+from ipcount.kafka.client import describe_kafka_error
+from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
+from ipcount.source.offsets import OffsetRange
+from ipcount.source.options import SourceOptions
+from ipcount.worker_gc import gc_paused
+
+__all__ = ["ARROW_SCHEMA", "read_range", "heartbeat_batch"]
+
+logger = logging.getLogger(__name__)
+
+# Must equal Spark's Arrow form of the source schema exactly (checked by Spark on the first batch).
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
+        pa.field("heartbeat", pa.bool_()),
+    ]
+)
+
+# Rows per Arrow batch handed to Spark: large batches amortize the Python/JVM hand-over.
+BATCH_ROWS = 50_000
+_DATA_LOSS_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+
+
+def heartbeat_batch(topic: str, ts_ms: int) -> pa.RecordBatch:
+    """The one heartbeat row: key/value null, partition/offset/timestampType -1, heartbeat true."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(1, pa.binary()),
+            pa.nulls(1, pa.binary()),
+            pa.array([topic], pa.string()),
+            pa.array([-1], pa.int32()),
+            pa.array([-1], pa.int64()),
+            pa.array([ts_ms * 1000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([-1], pa.int32()),
+            pa.array([True], pa.bool_()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _to_batch(msgs: list[Message], topic: str, partition: int) -> pa.RecordBatch:
+    n = len(msgs)
+    # One (type, ms) pair per record; numpy converts the list of tuples in C.
+    stamps = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
+    # librdkafka: 0 = not available, 1 = CreateTime, 2 = LogAppendTime; Kafka/Spark: -1, 0, 1.
+    types = stamps[:, 0].astype(np.int32)
+    missing = types == 0
+    micros = pa.array(stamps[:, 1] * 1000, mask=missing if missing.any() else None)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.key() for m in msgs], pa.binary()),
+            pa.array([m.value() for m in msgs], pa.binary()),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array([m.offset() for m in msgs], pa.int64()),
+            micros.cast(pa.timestamp("us", tz="UTC")),
+            pa.array(types - 1),
+            pa.repeat(pa.scalar(False), n),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def read_range(
+    options: SourceOptions, rng: OffsetRange, batch_rows: int = BATCH_ROWS
+) -> Iterator[pa.RecordBatch]:
+    """Read offsets [rng.start, rng.end) of one partition as Arrow batches (executor side).
+
+    Reads until the consumer's position reaches rng.end: control records and aborted records
+    occupy offsets but are never returned, so counting records would wait forever.
+
+    Raises:
+        SourceError: data loss with failOnDataLoss=true, a Kafka error, or no progress within
+            kafkaConsumer.pollTimeoutMs; always naming topic, partition and offsets.
+    """
+    consumer = new_consumer(options.consumer_conf("executor"))
+    try:
+        yield from _read(consumer, options, rng, batch_rows)
+    finally:
+        consumer.close()
+
+
+def _read(
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    state = _ReadState(rng.start)
+    consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+    while state.pos < rng.end:
+        # Message objects are GC-tracked: no collections while a batch of them is built.
+        with gc_paused():
+            batch = _next_batch(consumer, options, rng, batch_rows, state)
+        if batch is not None:
+            yield batch
+
+
+class _ReadState:
+    """Where a range read stands: the next offset, and when it last moved."""
+
+    __slots__ = ("pos", "last_progress")
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+        self.last_progress = time.monotonic()
+
+
+def _next_batch(
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int, st: _ReadState
+) -> pa.RecordBatch | None:
+    """Consume until `batch_rows` records are pending or the range ends; None when it ended empty.
+
+    Raises:
+        SourceError: as read_range.
+    """
+    topic, partition, end = rng.topic, rng.partition, rng.end
+    where = TopicPartition(topic, partition)
+    pending: list[Message] = []
+    while st.pos < end:
+        msgs = consumer.consume(
+            max(1, min(batch_rows - len(pending), end - st.pos)), CONSUME_TIMEOUT_S
+        )
+        if msgs:
+            # (KafkaError == None raises, so no list.count(None) here.)
+            failed = next((i for i, m in enumerate(msgs) if m.error() is not None), None)
+            if failed is not None:
+                # Records before the error are valid; the error decides where to go on.
+                good = [m for m in msgs[:failed] if offset_of(m) < end]
+                pending.extend(good)
+                if good:
+                    st.pos = offset_of(good[-1]) + 1
+                error = cast(KafkaError, msgs[failed].error())
+                restart = _handle_read_error(consumer, options, rng, st.pos, error)
+                if restart is None:
+                    break
+                st.pos = restart
+                st.last_progress = time.monotonic()
+                continue
+            if offset_of(msgs[-1]) >= end:
+                msgs = [m for m in msgs if offset_of(m) < end]
+            if msgs:
+                pending.extend(msgs)
+                st.pos = max(st.pos, offset_of(msgs[-1]) + 1)
+                st.last_progress = time.monotonic()
+            if len(pending) >= batch_rows:
+                return _to_batch(pending, topic, partition)
+        now_pos = consumer.position([where])[0].offset
+        if now_pos > st.pos:
+            st.pos = now_pos
+            st.last_progress = time.monotonic()
+        elif time.monotonic() - st.last_progress > options.poll_timeout_ms / 1000:
+            raise SourceError(
+                f"no progress reading {topic}/{partition} for {options.poll_timeout_ms} ms "
+                f"(kafkaConsumer.pollTimeoutMs): at offset {st.pos}, reading up to {end}"
+            )
+    return _to_batch(pending, topic, partition) if pending else None
+
+
+def _handle_read_error(
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, pos: int, err: KafkaError
+) -> int | None:
+    """Handle a consume error at `pos`: the offset to continue from, None to stop, or raise."""
+    where = f"{rng.topic}/{rng.partition}"
+    if err.code() not in _DATA_LOSS_CODES:
+        raise SourceError(
+            f"reading {where} at offset {pos} (range {rng.start}-{rng.end}): "
+            f"{describe_kafka_error(err)}"
+        ) from KafkaException(err)
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(rng.topic, rng.partition), timeout=DRIVER_TIMEOUT_S, cached=False
+        )
+    except KafkaException as exc:
+        raise SourceError(
+            f"reading {where}: offset {pos} is out of range and the log bounds are unknown: "
+            f"{describe_kafka_error(exc)}"
+        ) from exc
+    if pos < low:
+        detail = f"offsets {pos}-{min(low, rng.end) - 1} were deleted (log now starts at {low})"
+        resume = low
+    else:
+        detail = f"offset {pos} is beyond the end of the log ({high})"
+        resume = rng.end
+    if options.fail_on_data_loss:
+        raise SourceError(
+            f"data loss in {where} while reading {rng.start}-{rng.end}: {detail}. Set option "
+            "failOnDataLoss=false to skip lost offsets"
+        ) from KafkaException(err)
+    logger.warning("data loss in %s: %s; failOnDataLoss=false, continuing", where, detail)
+    if resume >= rng.end:
+        return None
+    consumer.assign([TopicPartition(rng.topic, rng.partition, resume)])
+    return resume

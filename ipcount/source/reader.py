@@ -1,0 +1,366 @@
+"""Kafka streaming source: `spark.readStream.format("ipcount-kafka")`; driver plans, executors read.
+
+Schema, like Spark's Kafka source plus one column: key binary, value binary, topic string,
+partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime),
+heartbeat boolean. A heartbeat row (heartbeat=true; key/value null; partition, offset and
+timestampType -1) carries only an event time in `timestamp`, so a watermark can advance when input
+stops. With idleTimeoutMs > 0, once the source is caught up and no record arrived for idleTimeoutMs,
+each trigger may end its batch with one heartbeat at (latest record timestamp + idle wall-clock
+time), at most heartbeatMaxAdvanceMs past that record time and at least heartbeatIntervalMs
+after the previous heartbeat; Trigger.AvailableNow ends with flush heartbeats at the cap (the
+first rides on the batch that reads the last records, the second is a batch of its own).
+Real records stop heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows.
+
+Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
+maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
+kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
+heartbeatIntervalMs (1000), and kafka.* passed to librdkafka (kafka.bootstrap.servers required;
+kafka.isolation.level defaults to read_committed). Lag per partition is reported through
+reportLatestOffset (the Python API has no source-metrics hook).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ipcount.errors import SourceError
+from ipcount.source.offsets import (
+    Heartbeat,
+    OffsetRange,
+    SourceOffset,
+    TopicPartitionKey,
+    flush_heartbeat,
+    next_heartbeat,
+    plan_ranges,
+    spread_limit,
+)
+from ipcount.source.options import SourceOptions, parse_options
+
+__all__ = ["SCHEMA", "KafkaDataSource", "KafkaStreamReader", "KafkaInputPartition"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("heartbeat", BooleanType()),
+    ]
+)
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: an offset range of one topic partition, and/or the batch's heartbeat."""
+
+    def __init__(self, rng: OffsetRange | None, heartbeat_ms: int | None = None) -> None:
+        super().__init__((rng, heartbeat_ms))
+        self.range = rng
+        self.heartbeat_ms = heartbeat_ms
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({self.range!r}, heartbeat_ms={self.heartbeat_ms})"
+
+
+class KafkaDataSource(DataSource):
+    """The `ipcount-kafka` streaming source (see the module docstring for schema and options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ipcount-kafka"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        if schema != SCHEMA:
+            raise SourceError(
+                "ipcount-kafka has a fixed schema; do not pass .schema(...) "
+                f"(got {schema.simpleString()})"
+            )
+        return KafkaStreamReader(parse_options(self.options))
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver from Kafka offsets; reads offset ranges on executors."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._reset_driver_state()
+
+    def _reset_driver_state(self) -> None:
+        # Driver-only state: clients are created on first use, never pickled.
+        self._kafka: Any = None
+        self._target: dict[TopicPartitionKey, int] | None = None
+        self._idle_since: float | None = None
+        self._base_cache: tuple[tuple[tuple[TopicPartitionKey, int], ...], int | None] | None = None
+        self._report: dict[str, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options = state["options"]
+        self._reset_driver_state()
+
+    @property
+    def _offsets(self) -> Any:
+        if self._kafka is None:
+            from ipcount.source.offset_reader import KafkaOffsetReader
+
+            self._kafka = KafkaOffsetReader(self.options)
+        return self._kafka
+
+    # --- driver ---------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        parts = self._offsets.partitions()
+        wanted = self.options.starting_offsets
+        if wanted in ("earliest", "latest"):
+            return SourceOffset(self._offsets.offsets(parts, wanted)).to_json()
+        if not isinstance(wanted, dict):
+            raise SourceError(f"startingOffsets={wanted!r} is not understood")
+        missing = [f"{t}/{p}" for t, p in parts if (t, p) not in wanted]
+        unknown = [f"{t}/{p}" for t, p in sorted(wanted) if (t, p) not in parts]
+        if missing or unknown:
+            raise SourceError(
+                "startingOffsets JSON must name every partition of the subscribed topics"
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+                + (f"; not existing: {', '.join(unknown)}" if unknown else "")
+            )
+        resolved = dict(wanted)
+        # -2 / -1 mean earliest / latest, as in Spark's startingOffsets JSON.
+        resolved.update(self._offsets.offsets([tp for tp in parts if wanted[tp] == -2], "earliest"))
+        resolved.update(self._offsets.offsets([tp for tp in parts if wanted[tp] == -1], "latest"))
+        return SourceOffset(resolved).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Everything up to the current end is this run's work; later records wait for the next run.
+        self._target = self._offsets.offsets(self._offsets.partitions(), "latest")
+        logger.info("Trigger.AvailableNow: reading up to %s", self._target)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = SourceOffset.from_json(start)
+        parts = self._offsets.partitions()
+        latest = self._offsets.offsets(parts, "latest")
+        earliest = self._offsets.offsets(parts, "earliest")
+        effective = self._check_data_loss(begin.offsets, parts, earliest, latest)
+        available = latest
+        if self._target is not None:
+            # Partitions created after prepareForTriggerAvailableNow wait for the next run.
+            available = {tp: min(latest[tp], self._target.get(tp, effective[tp])) for tp in parts}
+        available = {tp: max(available[tp], effective[tp]) for tp in parts}
+        if isinstance(limit, ReadMaxRows):
+            end = spread_limit(effective, available, limit.max_rows)
+        elif isinstance(limit, ReadAllAvailable):
+            end = available
+        else:
+            raise SourceError(f"ipcount-kafka does not support the read limit {limit!r}")
+        self._report = _lag_report(latest, end)
+        if any(end[tp] > begin.offsets.get(tp, 0) for tp in end):
+            self._idle_since = time.monotonic()
+            return SourceOffset(end, self._final_flush(end, available)).to_json()
+        if end != begin.offsets:
+            # Partitions appeared or vanished, but no new records: keep the idle clock running.
+            return SourceOffset(end, begin.heartbeat).to_json()
+        heartbeat = self._heartbeat(begin, latest) if self.options.heartbeats else None
+        if heartbeat is None:
+            return start
+        logger.info("source idle: heartbeat %d at event time %d ms", heartbeat.seq, heartbeat.ts)
+        return SourceOffset(begin.offsets, heartbeat).to_json()
+
+    def _final_flush(
+        self, end: dict[TopicPartitionKey, int], available: dict[TopicPartitionKey, int]
+    ) -> Heartbeat | None:
+        """The first flush heartbeat, carried by the data batch that completes an AvailableNow run.
+
+        Riding on the last data batch saves a whole micro-batch (~1-3 s) per run: that batch moves
+        the watermark past every window, and the one heartbeat batch after it emits them.
+        """
+        if self._target is None or not self.options.heartbeats or end != available:
+            return None
+        return self._flush(None, end)
+
+    def _flush(
+        self, prev: Heartbeat | None, tail: dict[TopicPartitionKey, int]
+    ) -> Heartbeat | None:
+        """AvailableNow's next flush heartbeat after `prev`, based on the last record below `tail`
+        (or prev's base); None once both were sent or when there are no records."""
+        base = prev.base if prev is not None else self._latest_event_ms(tail)
+        if base is None:
+            return None
+        return flush_heartbeat(prev, base, self.options.heartbeat_max_advance_ms)
+
+    def _heartbeat(
+        self, begin: SourceOffset, latest: dict[TopicPartitionKey, int]
+    ) -> Heartbeat | None:
+        prev = begin.heartbeat
+        opts = self.options
+        # The last records are read below the stable end (an open transaction may hold it back).
+        tail = {tp: min(off, latest.get(tp, 0)) for tp, off in begin.offsets.items()}
+        if self._target is not None:
+            return self._flush(prev, tail)
+        now = time.monotonic()
+        if self._idle_since is None:
+            # A restarted driver continues the idle time the last heartbeat stood for.
+            self._idle_since = now - ((prev.ts - prev.base) / 1000 if prev is not None else 0.0)
+        idle_ms = int((now - self._idle_since) * 1000)
+        if idle_ms < opts.idle_timeout_ms:
+            return None
+        base = prev.base if prev is not None else self._latest_event_ms(tail)
+        if base is None:
+            return None
+        return next_heartbeat(
+            prev,
+            base,
+            idle_ms,
+            idle_timeout_ms=opts.idle_timeout_ms,
+            max_advance_ms=opts.heartbeat_max_advance_ms,
+            interval_ms=opts.heartbeat_interval_ms,
+        )
+
+    def _latest_event_ms(self, offsets: dict[TopicPartitionKey, int]) -> int | None:
+        key = tuple(sorted(offsets.items()))
+        if self._base_cache is None or self._base_cache[0] != key:
+            self._base_cache = (key, self._offsets.latest_event_ms(offsets))
+        return self._base_cache[1]
+
+    def _check_data_loss(
+        self,
+        start: dict[TopicPartitionKey, int],
+        parts: list[TopicPartitionKey],
+        earliest: dict[TopicPartitionKey, int],
+        latest: dict[TopicPartitionKey, int],
+    ) -> dict[TopicPartitionKey, int]:
+        """Where each partition's next batch starts; reports lost offsets as failOnDataLoss says."""
+        effective: dict[TopicPartitionKey, int] = {}
+        for tp in sorted(set(start) - set(parts)):
+            if tp[0] not in self.options.topics:
+                logger.info("topic %s is no longer subscribed; dropping %s/%d", tp[0], *tp)
+                continue
+            self._data_loss(
+                tp, f"partition {tp[0]}/{tp[1]} no longer exists (was at offset {start[tp]})"
+            )
+        beyond = [tp for tp in parts if start.get(tp, 0) > latest[tp]]
+        committed_end = (
+            self._offsets.offsets(beyond, "latest", read_committed=False) if beyond else {}
+        )
+        for tp in parts:
+            pos = start.get(tp, 0)
+            if pos < earliest[tp]:
+                what = "new partition" if tp not in start else "partition"
+                self._data_loss(
+                    tp,
+                    f"{what} {tp[0]}/{tp[1]}: offsets {pos}-{earliest[tp] - 1} were deleted before "
+                    f"they were read (log now starts at {earliest[tp]})",
+                )
+                pos = earliest[tp]
+            elif pos > latest[tp] and pos > committed_end[tp]:
+                self._data_loss(
+                    tp,
+                    f"partition {tp[0]}/{tp[1]}: offset {pos} is beyond the end of the log "
+                    f"({committed_end[tp]}); was the topic deleted and re-created?",
+                )
+                pos = latest[tp]
+            # Else pos may still exceed the last stable offset, held back by an open transaction:
+            # no data loss, the partition just waits at pos.
+            effective[tp] = pos
+        return effective
+
+    def _data_loss(self, tp: TopicPartitionKey, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise SourceError(
+                f"data loss: {message}. Set option failOnDataLoss=false to continue past it"
+            )
+        logger.warning("data loss (failOnDataLoss=false, continuing): %s", message)
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._report
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, finish = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        for tp, pos in finish.offsets.items():
+            if pos < begin.offsets.get(tp, 0):
+                logger.warning(
+                    "skipping %s/%d: offset moved back from %d to %d", *tp, begin.offsets[tp], pos
+                )
+        ranges = plan_ranges(
+            begin.offsets,
+            finish.offsets,
+            self.options.min_partitions,
+            self.options.max_records_per_partition,
+        )
+        tasks = [KafkaInputPartition(rng) for rng in ranges]
+        hb = finish.heartbeat
+        if hb is not None and hb != begin.heartbeat:
+            if tasks:
+                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts)
+            else:
+                tasks = [KafkaInputPartition(None, hb.ts)]
+        return tasks
+
+    def commit(self, end: dict) -> None:
+        # Offsets live in Spark's checkpoint; nothing is committed to Kafka.
+        pass
+
+    def stop(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
+            self._kafka = None
+
+    # --- executors ------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        from ipcount.source.partition_reader import heartbeat_batch, read_range
+        from ipcount.worker_gc import freeze_long_lived
+
+        freeze_long_lived()
+        if not isinstance(partition, KafkaInputPartition):
+            raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
+        if partition.heartbeat_ms is not None:
+            yield heartbeat_batch(sorted(self.options.topics)[0], partition.heartbeat_ms)
+        if partition.range is not None:
+            yield from read_range(self.options, partition.range)
+
+
+def _lag_report(
+    latest: dict[TopicPartitionKey, int], end: dict[TopicPartitionKey, int]
+) -> dict[str, Any]:
+    """reportLatestOffset: the log end per partition and the lag left after the planned batch."""
+    offsets: dict[str, dict[str, int]] = {}
+    lag: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(latest):
+        offsets.setdefault(topic, {})[str(partition)] = latest[(topic, partition)]
+        behind = max(0, latest[(topic, partition)] - end.get((topic, partition), 0))
+        lag.setdefault(topic, {})[str(partition)] = behind
+    return {"offsets": offsets, "lag": lag, "totalLag": sum(sum(p.values()) for p in lag.values())}

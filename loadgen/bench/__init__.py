@@ -1,0 +1,2 @@
+"""The benchmark suite: throughput, latency and scaling of the whole pipeline, and component
+benchmarks of the source and the sink."""

@@ -1,0 +1,108 @@
+"""What the throughput, latency and scaling benchmarks share: the pre-load spec, one measured
+AvailableNow run of the job and its final line. Bench process side."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ipcount.errors import ConfigError
+from loadgen.generator import SynthSpec
+
+if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
+    from ipcount.config import Settings
+    from ipcount.verify.ledger import Ledger
+    from loadgen.bench.report import PhaseTotals, StageTotals
+    from loadgen.bench.support import BenchEnv, JobRun
+
+__all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "spark_pairs"]
+
+
+def synth_spec(
+    settings: Settings, ips: int, skew: float, event_rate: float, seed: int
+) -> SynthSpec:
+    """The pre-load spec: on-time records only (no late/malformed), default jitter."""
+    spec = SynthSpec(
+        ips=ips,
+        skew=skew,
+        event_rate=event_rate,
+        seed=seed,
+        window_ms=int(settings.job.window_seconds * 1000),
+        watermark_delay_seconds=settings.job.watermark_delay_seconds,
+        max_record_bytes=settings.job.max_record_bytes,
+    )
+    spec.validate()
+    return spec
+
+
+@dataclass
+class RunFigures:
+    """One measured AvailableNow run."""
+
+    name: str
+    records: int
+    results: int
+    exact: bool
+    verify: str
+    job: JobRun
+    phases: PhaseTotals
+    stages: StageTotals
+    settings: Settings
+
+    @property
+    def seconds(self) -> float:
+        return self.job.run_s
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def measure_run(
+    env: BenchEnv,
+    overrides: list[str],
+    name: str,
+    records: int,
+    ledger: Ledger,
+    *,
+    spark_conf: dict[str, str] | None = None,
+    child_env: dict[str, str] | None = None,
+    event_log: bool = True,
+    timeout: float = 3600.0,
+) -> RunFigures:
+    """Run the job once over the pre-loaded source (fresh sink and checkpoint), then verify."""
+    from ipcount.kafka.topics import ensure_topics
+    from loadgen.bench.report import StageTotals, event_log_conf, phase_totals, stage_totals
+    from loadgen.bench.support import run_job_child, verify_run
+
+    settings, overrides = env.with_sink(overrides, name)
+    ensure_topics(settings)
+    conf = dict(spark_conf or {})
+    events_dir = env.workdir / f"events-{name}-{time.monotonic_ns()}"
+    if event_log:
+        conf.update(event_log_conf(events_dir))
+    job = run_job_child(env, overrides, name, spark_conf=conf, timeout=timeout, extra_env=child_env)
+    report = verify_run(settings, ledger)
+    stages = stage_totals(events_dir) if event_log else StageTotals()
+    return RunFigures(
+        name, records, report.results, report.exact, report.summary(), job,
+        phase_totals(job.progress), stages, settings,
+    )  # fmt: skip
+
+
+def final_line(fig: RunFigures) -> str:
+    return (
+        f"bench: records={fig.records} seconds={fig.seconds:.2f} events_per_s={fig.rate:.0f} "
+        f"results={fig.results} exact={'true' if fig.exact else 'false'}"
+    )
+
+
+def spark_pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--spark-conf {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out

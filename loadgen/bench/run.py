@@ -1,0 +1,226 @@
+"""`loadgen bench`: throughput of the whole pipeline (Kafka -> Spark job -> transactional sink),
+exactness checked; `--latency` and `--scaling` run the other two benchmarks. Bench process side.
+
+Throughput: pre-load N records (synth's generator, fixed historical event time), run the job with
+Trigger.AvailableNow in its own process until every window is committed, verify the sink against
+the ledger. The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true`,
+where S runs from the query's start on a ready SparkSession to its end (every window committed);
+loading and Spark start-up are excluded from S and reported on the lines before.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from ipcount.errors import ConfigError
+from loadgen.bench.measure import RunFigures, final_line, measure_run, spark_pairs, synth_spec
+from loadgen.extras import require
+
+if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
+    from ipcount.config import Settings
+
+__all__ = ["add_bench_parser", "report_lines", "run"]
+
+
+def add_bench_parser(sub: Any) -> None:
+    """Register `loadgen bench` on the loadgen subparsers."""
+    p = sub.add_parser(
+        "bench",
+        help="benchmark the whole pipeline: throughput (default), --latency or --scaling",
+        description="Pipeline benchmarks against a fresh local broker (or --bootstrap). Default: "
+        "pre-load --records records, run the job with --available-now until every window is "
+        "committed, verify exactness; the last line is 'bench: records=N seconds=S "
+        "events_per_s=R results=K exact=true' (S excludes loading and Spark start-up).",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--latency", action="store_true",
+        help="window end -> visible to a read_committed consumer, while synth --rate runs",
+    )  # fmt: skip
+    mode.add_argument(
+        "--scaling", action="store_true",
+        help="events/s vs partitions, distinct IPs, maxOffsetsPerTrigger, shuffle partitions, "
+        "state store; time per phase and peak memory, as a table",
+    )  # fmt: skip
+    p.add_argument("--records", type=int, default=1_000_000, help="records (default 1,000,000)")
+    p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
+    p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
+    p.add_argument("--skew", type=float, default=1.1, help="Zipf skew of IPs (default 1.1)")
+    p.add_argument(
+        "--event-rate", type=float, default=20_000.0,
+        help="records per event-time second when pre-loading (default 20000)",
+    )  # fmt: skip
+    p.add_argument("--start", help="first event time, ISO 8601 or epoch ms (default 2026-01-01Z)")
+    p.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    p.add_argument("--bootstrap", help="use this Kafka instead of a local noida-db on a free port")
+    p.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        help="extra Spark setting for the job (repeatable)",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-event-log", action="store_true",
+        help="do not write Spark's event log (no per-stage figures)",
+    )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=3600.0, help="per job run (default 3600 s)")
+    p.add_argument(
+        "--keep", action="store_true", help="keep the work directory (logs, checkpoints)"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per micro-batch")
+    lat = p.add_argument_group("--latency")
+    lat.add_argument(
+        "--rates", default="1000,5000,20000",
+        help="records/s, one phase each (default 1000,5000,20000)",
+    )  # fmt: skip
+    lat.add_argument("--duration", type=float, default=60.0, help="seconds per rate (default 60)")
+    lat.add_argument(
+        "--warmup", type=float, default=20.0,
+        help="unmeasured warm-up at the first rate: at least this long and until the job has "
+        "committed windows (default 20 s)",
+    )  # fmt: skip
+    sc = p.add_argument_group("--scaling")
+    sc.add_argument("--cells", help="comma list of cells to run (default: all; see --list-cells)")
+    sc.add_argument("--list-cells", action="store_true", help="print the cells and exit")
+    sc.add_argument(
+        "--variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
+        help="extra cell: settings (spark.shuffle_partitions=2), spark.conf keys, env.VAR=..., "
+        "partitions=, ips=, skew= (repeatable)",
+    )  # fmt: skip
+    sc.add_argument(
+        "--repeat", type=int, default=1, help="run the cells this many times, interleaved"
+    )  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
+    """The lines printed before the final one: start-up, phases, stages, state, memory."""
+    from loadgen.bench.support import fmt_mb
+
+    job, ph, st = fig.job, fig.phases, fig.stages
+    first = job.first_batch_s
+    lines = [
+        f"bench: startup_s={job.startup_s:.1f} (process launch -> SparkSession ready) "
+        f"first_batch_s={first if first is None else round(first, 1)} (query start -> first data "
+        f"batch done, incl. Python workers' start) batches={ph.batches} data_batches="
+        f"{ph.data_batches} in_batch_events_per_s={ph.batch_rate:.0f} "
+        f"stop_s={job.exited - job.result['run_ended']:.1f}",
+        f"bench: S_split_s query_init={_s(job.query_init_s)} (query start -> first batch "
+        f"begins: preflight, Spark's Python data source processes, initial offsets) "
+        f"batches={ph.trigger:.1f} (sum of triggerExecution) between_and_stop="
+        f"{_s(None if job.query_init_s is None else fig.seconds - job.query_init_s - ph.trigger)}",
+        "bench: phases_s "
+        + " ".join(f"{k}={v:.1f}" for k, v in ph.phases.items())
+        + f" (sum of durationMs over batches; triggerExecution={ph.trigger:.1f})",
+    ]
+    if st.found:
+        add_batch = ph.phases.get("addBatch", 0.0)
+        lines.append(
+            f"bench: addBatch_s={add_batch:.1f} map_stages_s={st.wall.get('map', 0.0):.1f} "
+            f"(source read + parse + partial aggregation) reduce_stages_s="
+            f"{st.wall.get('reduce', 0.0):.1f} (state store + sink encode) driver_before_jobs_s="
+            f"{st.driver_before:.1f} (source planning, sink writer set-up) driver_after_jobs_s="
+            f"{st.driver_after:.1f} (sink: one Kafka transaction per batch) other_s="
+            f"{max(0.0, add_batch - st.jobs_wall - st.driver_before - st.driver_after):.1f}"
+        )
+        lines.append(
+            f"bench: task_s map={st.task_run.get('map', 0):.1f} (JVM CPU "
+            f"{st.task_cpu.get('map', 0):.1f}; the rest is mostly the Python source read) "
+            f"reduce={st.task_run.get('reduce', 0):.1f} (JVM CPU "
+            f"{st.task_cpu.get('reduce', 0):.1f}) gc={st.gc:.1f} tasks={st.tasks}"
+        )
+    lines.append(
+        f"bench: state_s updates={ph.state_updates:.1f} removals={ph.state_removals:.1f} "
+        f"commit={ph.state_commit:.1f} rows_peak={ph.state_rows_peak} "
+        f"memory_peak_MB={ph.state_memory_peak / 2**20:.0f} late_rows={ph.late_rows}"
+    )
+    m = job.memory
+    lines.append(
+        f"bench: peak_rss_MB jvm={fmt_mb(m.jvm)} python_driver={fmt_mb(m.driver)} "
+        f"python_workers={fmt_mb(m.workers)} ({m.max_workers} processes; forked workers share "
+        f"pages) total={fmt_mb(m.total)} samples={m.samples}"
+    )
+    lines.append(
+        f"bench: cpu_s jvm={m.cpu_jvm:.1f} python_workers={m.cpu_workers:.1f} "
+        f"python_driver={m.cpu_driver:.1f} (whole job process life, start-up included) "
+        + (
+            "broker=- (given --bootstrap: not sampled)"
+            if m.cpu_broker is None
+            else f"broker={m.cpu_broker:.1f} (the local noida-db meanwhile, on the same cores)"
+        )
+    )
+    if verbose:
+        for p in job.progress:
+            d = p.get("durationMs") or {}
+            lines.append(
+                f"bench:   batch {p.get('batchId')} rows={p.get('numInputRows')} "
+                + " ".join(f"{k}={v}" for k, v in sorted(d.items()))
+            )
+    lines.append(f"bench: verify {fig.verify}")
+    return lines
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def validate(args: argparse.Namespace) -> None:
+    for name in ("records", "partitions", "ips", "timeout"):
+        if getattr(args, name) <= 0:
+            raise ConfigError(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.event_rate <= 0:
+        raise ConfigError(f"--event-rate must be positive, got {args.event_rate}")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """`loadgen bench`: dispatch to latency / scaling, else the throughput benchmark."""
+    require("loadgen bench", "bench", "psutil")
+    from loadgen.bench.support import sigterm_as_interrupt
+
+    validate(args)
+    with sigterm_as_interrupt():
+        if args.latency:
+            from loadgen.bench.latency import run_latency
+
+            return run_latency(args, settings)
+        if args.scaling or args.list_cells:
+            from loadgen.bench.scaling import run_scaling
+
+            return run_scaling(args, settings)
+        return run_throughput(args, settings)
+
+
+def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
+    from ipcount.verify.ledger import Ledger
+    from loadgen.bench.support import DEFAULT_START_MS, bench_env, preload
+    from loadgen.generator import parse_start
+
+    start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
+    spark_conf = spark_pairs(args.spark_conf)
+    with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
+        src, overrides = env.settings("bench", f"topics.source_partitions={args.partitions}")
+        spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
+        print(
+            f"bench: broker {env.bootstrap}{'' if env.own_broker else ' (given)'}; loading "
+            f"{args.records} records into {src.topics.source} ({args.partitions} partitions, "
+            f"{args.ips} IPs skew {args.skew:g}, {args.event_rate:g} records per event-time "
+            f"second from {start_ms})",
+            flush=True,
+        )
+        if args.keep:
+            print(f"bench: work directory (kept): {env.workdir}", flush=True)
+        ledger_path = env.workdir / "ledger.jsonl"
+        loaded = preload(src, args.records, spec, start_ms, ledger_path)
+        print(
+            f"bench: loaded records={loaded.records} load_s={loaded.seconds:.1f} "
+            f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)",
+            flush=True,
+        )
+        ledger = Ledger.load(ledger_path)
+        fig = measure_run(
+            env, overrides, "bench", args.records, ledger, spark_conf=spark_conf,
+            event_log=not args.no_event_log, timeout=args.timeout,
+        )  # fmt: skip
+        for line in report_lines(fig, args.verbose):
+            print(line, flush=True)
+        print(final_line(fig), flush=True)
+    return 0 if fig.exact else 1

@@ -1,0 +1,158 @@
+"""Benchmark of the transactional sink's commit path: committed results/s for one micro-batch of N
+results (encode on the "executor", pickle to the driver, one Kafka transaction on the driver).
+
+    .venv/bin/python -m loadgen.bench.sink                      # 10k, 100k, 1M; own broker
+    .venv/bin/python -m loadgen.bench.sink --sizes 1000,10000 --bootstrap 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pickle
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from ipcount.config import Settings, load_settings
+from ipcount.formats.avro import SingleObjectCodec
+from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topics import ensure_topics
+from ipcount.local.broker import LocalBroker, free_port
+from ipcount.sink.txn import TxnSession
+from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.writer import KafkaTxnCommitMessage
+
+__all__ = ["main", "bench_one"]
+
+W = 5000
+T0 = 1_700_000_000_000
+
+
+def _settings(bootstrap: str, partitions: int) -> Settings:
+    tag = uuid.uuid4().hex[:8]
+    return load_settings(
+        None,
+        env={},
+        overrides=[
+            f"kafka.bootstrap_servers={bootstrap}",
+            f"topics.source=bench-src-{tag}",
+            f"topics.sink=bench-sink-{tag}",
+            f"topics.progress=bench-progress-{tag}",
+            f"topics.late=bench-late-{tag}",
+            f"topics.dead_letter=bench-dlq-{tag}",
+            f"topics.sink_partitions={partitions}",
+        ],
+    )
+
+
+def _rows(n: int) -> list[dict[str, object]]:
+    # Distinct (window, ip) results, as one micro-batch of the job would emit.
+    return [
+        {
+            "window_start": T0 + (i // 65536) * W,
+            "window_end": T0 + (i // 65536 + 1) * W,
+            "ip": f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+            "count": 1 + i % 97,
+        }
+        for i in range(n)
+    ]
+
+
+def _sink_end(settings: Settings) -> int:
+    with TopicReader(settings.kafka.to_librdkafka("consumer"), settings.topics.sink) as reader:
+        return sum(high for _, high in reader.watermarks().values())
+
+
+def bench_one(session: TxnSession, settings: Settings, batch_id: int, n: int) -> dict[str, float]:
+    """Encode, pickle and commit one batch of n results; returns timings in seconds."""
+    rows = _rows(n)
+    codec = SingleObjectCodec()
+    t0 = time.perf_counter()
+    message = KafkaTxnCommitMessage(0)
+    for row in rows:
+        message.values.append(codec.encode(row))
+        message.keys.append(str(row["ip"]).encode())
+    t1 = time.perf_counter()
+    # What Spark does with the commit message between the executor and the driver.
+    received = pickle.loads(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))  # noqa: S301
+    t2 = time.perf_counter()
+    before = _sink_end(settings)
+    t3 = time.perf_counter()
+    outcome = session.commit_batch(batch_id, zip(received.keys, received.values, strict=True))
+    t4 = time.perf_counter()
+    written = _sink_end(settings) - before
+    if outcome.status != "committed" or outcome.records != n or written < n:
+        raise SystemExit(
+            f"batch {batch_id}: {outcome}, sink grew by {written} offsets, expected {n}"
+        )
+    return {"encode": t1 - t0, "pickle": t2 - t1, "commit": t4 - t3}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadgen.bench.sink", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma list of batch sizes")
+    parser.add_argument(
+        "--bootstrap", help="use this broker (default: start noida-db on a free port)"
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=3, help="sink topic partitions (default 3)"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+
+    broker: LocalBroker | None = None
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-sink-")
+        broker = LocalBroker(Path(tmp.name) / "broker", "127.0.0.1", free_port())
+        broker.start(timeout=30)
+        bootstrap = broker.bootstrap
+    try:
+        settings = _settings(bootstrap, args.partitions)
+        ensure_topics(settings)
+        qid = f"bench-{uuid.uuid4().hex[:8]}"
+        session = TxnSession(
+            TxnConfig(
+                topic=settings.topics.sink,
+                progress_topic=settings.topics.progress,
+                query_id=qid,
+                transactional_id=default_transactional_id(qid),
+                producer_conf=settings.kafka.to_librdkafka("producer"),
+                consumer_conf=settings.kafka.to_librdkafka("consumer"),
+                transaction_timeout_ms=settings.sink.transaction_timeout_ms,
+                retry_deadline_seconds=120.0,
+            )
+        )
+        t = time.perf_counter()
+        session.start()
+        print(
+            f"broker {bootstrap}; sink partitions {args.partitions}; "
+            f"producer init + progress read {time.perf_counter() - t:.3f}s",
+            flush=True,
+        )
+        for batch_id, n in enumerate(sizes):
+            r = bench_one(session, settings, batch_id, n)
+            print(
+                f"results={n} encode={r['encode']:.3f}s ({n / r['encode']:,.0f}/s) "
+                f"pickle={r['pickle']:.3f}s commit={r['commit']:.3f}s "
+                f"committed_results_per_s={n / r['commit']:,.0f}",
+                flush=True,
+            )
+    finally:
+        if broker is not None:
+            broker.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The chaos runner's pure parts: the seeded fault plan, fault specs, log and checkpoint reading."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from ipcount.chaos.check import query_id
+from ipcount.chaos.job import (
+    batch_ids,
+    child_env,
+    fault_spec,
+    find_fault_line,
+    last_committed_batch,
+    last_planned_batch,
+)
+from ipcount.chaos.plan import (
+    AFTER_COMMIT,
+    BEFORE_COMMIT,
+    BROKER_RESTART,
+    KILL,
+    ChaosEvent,
+    ChaosOptions,
+    ChaosReport,
+    plan_events,
+)
+from ipcount.errors import ConfigError
+from ipcount.faults import parse_faults
+from ipcount.verify.compare import VerifyReport
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_plan_has_each_kind_and_never_arms_a_fault_after_a_broker_restart(seed: int) -> None:
+    plan = plan_events(5, 2, random.Random(seed))
+    assert len(plan) == 7
+    assert plan.count(BROKER_RESTART) == 2
+    for kind in (KILL, BEFORE_COMMIT, AFTER_COMMIT):
+        assert kind in plan
+    # A fault point is armed when the job starts: the job running after a broker restart (which
+    # it may survive) was not started for it, so an injected fault never follows one.
+    for here, after in zip(plan, plan[1:], strict=False):
+        if here == BROKER_RESTART:
+            assert after in (KILL, BROKER_RESTART)
+
+
+def test_plan_is_reproducible_and_small_plans_prefer_injected_faults() -> None:
+    assert plan_events(4, 1, random.Random(7)) == plan_events(4, 1, random.Random(7))
+    assert plan_events(1, 0, random.Random(1)) == [BEFORE_COMMIT]
+    assert sorted(plan_events(2, 0, random.Random(1))) == sorted([BEFORE_COMMIT, AFTER_COMMIT])
+    assert plan_events(0, 1, random.Random(1)) == [BROKER_RESTART]
+
+
+def test_fault_spec_covers_a_range_and_parses() -> None:
+    spec = fault_spec(BEFORE_COMMIT, 7, 3)
+    assert parse_faults(spec) == {(BEFORE_COMMIT, 7), (BEFORE_COMMIT, 8), (BEFORE_COMMIT, 9)}
+
+
+def test_fault_line_is_found_in_a_log() -> None:
+    log = "x\n11:00:01 ERROR ipcount.faults: fault injection: sink.after_commit@12: SIGKILL to process group 4242\n"
+    line = find_fault_line(log)
+    assert line is not None and (line.point, line.batch) == (AFTER_COMMIT, 12)
+    assert find_fault_line("no fault here") is None
+
+
+def test_checkpoint_logs_and_query_id(tmp_path: Path) -> None:
+    assert last_committed_batch(tmp_path) is None
+    for name in ("0", "1", "2", ".2.crc", "tmp"):
+        (tmp_path / "offsets").mkdir(exist_ok=True)
+        (tmp_path / "offsets" / name).write_text("v1")
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "0").write_text("v1")
+    (tmp_path / "commits" / "1").write_text("v1")
+    assert batch_ids(tmp_path / "offsets") == [0, 1, 2]
+    assert (last_planned_batch(tmp_path), last_committed_batch(tmp_path)) == (2, 1)
+    assert query_id(tmp_path) is None
+    (tmp_path / "metadata").write_text(json.dumps({"id": "abc"}))
+    assert query_id(tmp_path) == "abc"
+
+
+def test_child_env_never_inherits_a_pinned_group_or_faults() -> None:
+    base = {"IPCOUNT_FAULTS": "sink.before_commit@1", "IPCOUNT_FAULTS_PGID": "1", "PATH": "/bin"}
+    env = child_env(base)
+    assert "IPCOUNT_FAULTS" not in env and "IPCOUNT_FAULTS_PGID" not in env
+    env = child_env(base, faults="sink.after_commit@3", faults_log="/tmp/x.log")
+    assert env["IPCOUNT_FAULTS"] == "sink.after_commit@3"
+    assert env["IPCOUNT_FAULTS_LOG"] == "/tmp/x.log"
+    assert "IPCOUNT_FAULTS_PGID" not in env
+
+
+def test_options_validate_and_default_rate(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--records"):
+        ChaosOptions(tmp_path, records=10).validate()
+    with pytest.raises(ConfigError, match="--rate"):
+        ChaosOptions(tmp_path, rate=0).validate()
+    opts = ChaosOptions(tmp_path, records=8000, seconds_per_fault=40)
+    assert opts.effective_rate(4) == 8000 / 200
+    assert ChaosOptions(tmp_path, rate=123).effective_rate(4) == 123
+
+
+def test_report_counts_and_contrast(tmp_path: Path) -> None:
+    report = ChaosReport(seed=1, run_dir=tmp_path)
+    report.events = [
+        ChaosEvent(1.0, KILL, 3, "SIGKILL"),
+        ChaosEvent(2.0, BEFORE_COMMIT, 5, "fired"),
+        ChaosEvent(3.0, AFTER_COMMIT, None, "did not fire", injected=False),
+    ]
+    report.committed = VerifyReport(results=10)
+    report.uncommitted = VerifyReport(results=10, duplicates=4, isolation="read_uncommitted")
+    assert (report.kills, report.missed, report.duplicates_prevented) == (2, 1, 4)
+    assert report.exact and not report.ok
+    assert "kills_survived=2" in report.summary() and "duplicates_prevented=4" in report.summary()
+    assert report.events[0].line().split()[1:3] == [KILL, "batch=3"]
+
+
+def test_fault_env_vars_are_not_settings() -> None:
+    # `ipcount run` under the chaos runner gets these; they must not be read as settings.
+    from ipcount.config import load_settings
+
+    env = {
+        "IPCOUNT_FAULTS": "sink.before_commit@3",
+        "IPCOUNT_FAULTS_PGID": "123",
+        "IPCOUNT_FAULTS_LOG": "/tmp/job.log",
+        "IPCOUNT_SPARK_LOG_LEVEL": "INFO",
+        "IPCOUNT_JOB_WINDOW_SECONDS": "10",
+    }
+    assert load_settings(None, env=env, use_default_path=False).job.window_seconds == 10

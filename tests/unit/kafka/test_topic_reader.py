@@ -1,0 +1,100 @@
+"""TopicReader's idle back-off must not starve a slow fetch (injected fake consumer, no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ipcount.kafka import consume
+from ipcount.kafka.consume import TopicReader
+
+TOPIC = "sink"
+END = 5
+
+
+class _Msg:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_000)
+
+
+class _SlowFetchConsumer:
+    """One partition holding END records, whose fetch needs `polls` consume() calls of continuous
+    assignment to arrive (a broker answering with a big backlog slowly); assign() restarts it."""
+
+    polls = 3
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.pos = 0
+        self.waited = 0
+        self.assigns = 0
+
+    def list_topics(self, timeout: float = 0) -> Any:
+        part = type("P", (), {})()
+        tmd = type("T", (), {"partitions": {0: part}, "error": None})()
+        return type("M", (), {"topics": {TOPIC: tmd}})()
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = 0, cached: bool = False) -> Any:
+        return (0, END)
+
+    def assign(self, tps: list[Any]) -> None:
+        self.assigns += 1
+        self.pos = tps[0].offset
+        self.waited = 0
+
+    def unassign(self) -> None:
+        self.waited = 0
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        self.waited += 1
+        if self.waited < self.polls or self.pos >= END:
+            return []
+        msgs = [_Msg(o) for o in range(self.pos, END)]
+        self.pos = END
+        return msgs
+
+    def position(self, tps: list[Any]) -> list[Any]:
+        return [type("TP", (), {"partition": 0, "offset": self.pos})()]
+
+    def close(self) -> None:
+        pass
+
+
+def test_read_to_end_survives_fetches_slower_than_one_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC) as reader:
+        records = list(reader.read_to_end(deadline_seconds=5))
+        fake = reader._consumer
+    assert [r.offset for r in records] == list(range(END))
+    # The reader kept its assignment while records were waiting: one assign, no restarts.
+    assert fake.assigns == 1
+
+
+def test_an_idle_reader_still_lets_go_of_its_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC) as reader:
+        list(reader.read_to_end(deadline_seconds=5))
+        assert reader.poll() == [] and not reader._assigned

@@ -1,0 +1,154 @@
+"""The sink's option parsing and input-schema check (driver side, no Spark session, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import (
+    BinaryType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ipcount.config import load_settings
+from ipcount.errors import ConfigError, SchemaError
+from ipcount.sink.writer import KafkaTxnDataSource, KafkaTxnStreamWriter, sink_options
+
+COUNTS = StructType(
+    [
+        StructField("window_start", TimestampType()),
+        StructField("window_end", TimestampType()),
+        StructField("ip", StringType()),
+        StructField("count", LongType()),
+    ]
+)
+RAW = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+
+
+def _opts(**extra: str) -> dict[str, str]:
+    base = {
+        "topic": "out",
+        "progressTopic": "progress",
+        "queryId": "q1",
+        "kafka.bootstrap.servers": "127.0.0.1:9092",
+    }
+    base.update(extra)
+    return base
+
+
+def test_name() -> None:
+    assert KafkaTxnDataSource.name() == "ipcount-kafka-txn"
+
+
+def test_defaults_and_passthrough() -> None:
+    # Spark hands options over lower-cased (CaseInsensitiveDict); both spellings must work.
+    opts = {k.lower(): v for k, v in _opts().items()}
+    opts.update(
+        {
+            "kafka.linger.ms": "5",
+            "kafka.producer.acks": "all",
+            "kafka.consumer.fetch.min.bytes": "1",
+        }
+    )
+    writer = KafkaTxnStreamWriter(opts, COUNTS)
+    cfg = writer.config
+    assert (cfg.topic, cfg.progress_topic, cfg.query_id) == ("out", "progress", "q1")
+    assert cfg.transactional_id == "ipcount-q1"
+    assert cfg.transaction_timeout_ms == 60_000 and cfg.retry_deadline_seconds == 60.0
+    assert cfg.producer_conf == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "linger.ms": "5",
+        "acks": "all",
+    }
+    assert cfg.consumer_conf == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "linger.ms": "5",
+        "fetch.min.bytes": "1",
+    }
+    assert writer.mode == "counts" and writer.wire_format == "single-object"
+
+
+def test_explicit_transactional_id_and_numbers() -> None:
+    w = KafkaTxnStreamWriter(
+        _opts(transactionalId="tx", transactionTimeoutMs="30000", retryDeadlineSeconds="2.5"),
+        COUNTS,
+    )
+    assert w.config.transactional_id == "tx"
+    assert w.config.transaction_timeout_ms == 30_000 and w.config.retry_deadline_seconds == 2.5
+
+
+@pytest.mark.parametrize(
+    ("opts", "message"),
+    [
+        ({"queryId": ""}, "option 'queryId' is required"),
+        ({"topic": " "}, "option 'topic' is required"),
+        ({"mode": "avro"}, "option 'mode' must be one of"),
+        ({"wireFormat": "json"}, "option 'wireFormat'"),
+        ({"wireFormat": "confluent"}, "schemaRegistryUrl"),
+        ({"transactionTimeoutMs": "soon"}, "'transactionTimeoutMs' must be a number"),
+        ({"transactionTimeoutMs": "10"}, "at least 1000"),
+    ],
+)
+def test_bad_options(opts: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        KafkaTxnStreamWriter(_opts(**opts), COUNTS)
+
+
+def test_missing_bootstrap() -> None:
+    opts = _opts()
+    del opts["kafka.bootstrap.servers"]
+    with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
+        KafkaTxnStreamWriter(opts, COUNTS)
+
+
+def test_schema_check_names_every_problem() -> None:
+    bad = StructType(
+        [
+            StructField("window_start", TimestampType()),
+            StructField("ip", StringType()),
+            StructField("count", DoubleType()),
+            StructField("extra", StringType()),
+        ]
+    )
+    with pytest.raises(SchemaError) as info:
+        KafkaTxnStreamWriter(_opts(), bad)
+    text = str(info.value)
+    assert "missing column window_end" in text
+    assert "column count is double, expected bigint or int" in text
+    assert "unexpected column extra" in text
+
+
+def test_raw_mode_takes_key_and_value() -> None:
+    assert KafkaTxnStreamWriter(_opts(mode="raw"), RAW).mode == "raw"
+    with pytest.raises(SchemaError, match="missing column key"):
+        KafkaTxnStreamWriter(_opts(mode="raw"), COUNTS)
+
+
+def test_sink_options_from_settings_round_trip() -> None:
+    settings = load_settings(
+        None,
+        env={},
+        use_default_path=False,
+        overrides=[
+            "kafka.bootstrap_servers=10.0.0.1:9093",
+            "kafka.client.security.protocol=SASL_SSL",
+            "kafka.producer.linger.ms=7",
+            "kafka.consumer.fetch.max.bytes=1000",
+            "sink.transaction_timeout_ms=120000",
+        ],
+    )
+    opts = sink_options(settings, "abc")
+    assert opts["topic"] == "ip_count_sink" and opts["progressTopic"] == "ip_count_sink_progress"
+    writer = KafkaTxnStreamWriter(opts, COUNTS)
+    assert writer.config.transaction_timeout_ms == 120_000
+    assert writer.config.producer_conf == {
+        "bootstrap.servers": "10.0.0.1:9093",
+        "security.protocol": "SASL_SSL",
+        "linger.ms": "7",
+    }
+    assert writer.config.consumer_conf["fetch.max.bytes"] == "1000"
+    dlq = sink_options(settings, "dlq-query", topic=settings.topics.dead_letter, mode="raw")
+    assert KafkaTxnStreamWriter(dlq, RAW).config.topic == "ip_count_dead_letter"

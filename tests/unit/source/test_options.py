@@ -1,0 +1,134 @@
+"""Kafka source options, client configs, schema and picklability (no broker)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from ipcount.errors import ConfigError, SourceError
+from ipcount.source.offsets import OffsetRange
+from ipcount.source.options import parse_options
+from ipcount.source.partition_reader import ARROW_SCHEMA, heartbeat_batch
+from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition, KafkaStreamReader
+
+BASE = {"subscribe": "a, b", "kafka.bootstrap.servers": "127.0.0.1:9"}
+
+
+def test_defaults_like_sparks_kafka_source() -> None:
+    opts = parse_options(BASE)
+    assert opts.topics == ("a", "b")
+    assert opts.starting_offsets == "latest"
+    assert opts.max_offsets_per_trigger is None and opts.min_partitions is None
+    assert opts.fail_on_data_loss is True
+    assert opts.idle_timeout_ms == 0 and not opts.heartbeats
+    assert opts.read_committed
+
+
+def test_options_are_case_insensitive_and_parsed() -> None:
+    opts = parse_options(
+        {
+            **BASE,
+            "STARTINGOFFSETS": "earliest",
+            "maxOffsetsPerTrigger": "500",
+            "minpartitions": "6",
+            "MaxRecordsPerPartition": "100000",
+            "failOnDataLoss": "False",
+            "idleTimeoutMs": "2000",
+            "heartbeatMaxAdvanceMs": "12000",
+            "kafkaConsumer.pollTimeoutMs": "5000",
+        }
+    )
+    assert (opts.starting_offsets, opts.max_offsets_per_trigger, opts.min_partitions) == (
+        "earliest",
+        500,
+        6,
+    )
+    assert opts.max_records_per_partition == 100_000
+    assert not opts.fail_on_data_loss and opts.heartbeats
+    assert (opts.heartbeat_max_advance_ms, opts.poll_timeout_ms) == (12_000, 5_000)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"maxOffsetPerTrigger": "5"}, "did you mean 'maxoffsetspertrigger'"),
+        ({"subscribePattern": "a.*"}, "not supported"),
+        ({"kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
+        ({"kafka.enable.auto.commit": "true"}, "checkpoint"),
+        ({"kafka.isolation.level": "committed"}, "read_committed or read_uncommitted"),
+        ({"maxOffsetsPerTrigger": "0"}, ">= 1"),
+        ({"minPartitions": "many"}, "must be an integer"),
+        ({"maxRecordsPerPartition": "0"}, ">= 1"),
+        ({"failOnDataLoss": "maybe"}, "true or false"),
+        ({"startingOffsets": '{"c": {"0": 1}}'}, "not in subscribe"),
+        ({"subscribe": " , "}, "subscribe is required"),
+        ({"subscribe": "a,a"}, "twice"),
+        ({"kafka.bootstrap.servers": ""}, "bootstrap.servers is required"),
+    ],
+)
+def test_bad_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_options({**BASE, **extra})
+
+
+def test_consumer_configs_default_and_override() -> None:
+    conf = parse_options(BASE).consumer_conf("executor")
+    assert conf["isolation.level"] == "read_committed"
+    assert conf["receive.message.max.bytes"] == "1000000000"
+    assert conf["auto.offset.reset"] == "error"
+    assert conf["enable.auto.commit"] == "false"
+    assert conf["allow.auto.create.topics"] == "false"
+    assert conf["group.id"].startswith("ipcount-source-executor-")
+    assert parse_options(BASE).consumer_conf("driver")["auto.offset.reset"] == "earliest"
+    custom = parse_options(
+        {
+            **BASE,
+            "kafka.isolation.level": "read_uncommitted",
+            "kafka.receive.message.max.bytes": "2000000",
+            "kafka.group.id": "mine",
+            "kafka.security.protocol": "SASL_SSL",
+        }
+    )
+    conf = custom.consumer_conf("executor")
+    assert not custom.read_committed
+    assert (conf["isolation.level"], conf["receive.message.max.bytes"], conf["group.id"]) == (
+        "read_uncommitted",
+        "2000000",
+        "mine",
+    )
+    admin = custom.admin_conf()
+    assert admin["security.protocol"] == "SASL_SSL"
+    assert "isolation.level" not in admin and "group.id" not in admin
+
+
+def test_arrow_schema_matches_what_spark_expects() -> None:
+    # Spark rejects batches whose Arrow schema differs (DATA_SOURCE_RETURN_SCHEMA_MISMATCH).
+    assert ARROW_SCHEMA.equals(to_arrow_schema(SCHEMA, timezone="UTC"))
+    batch = heartbeat_batch("t", 1_700_000_000_123)
+    assert batch.schema.equals(ARROW_SCHEMA)
+    row = batch.to_pylist()[0]
+    assert row["heartbeat"] is True and row["key"] is None and row["value"] is None
+    assert row["timestamp"].timestamp() == 1_700_000_000.123
+    assert (row["partition"], row["offset"], row["timestampType"]) == (-1, -1, -1)
+
+
+def test_reader_and_partitions_pickle_without_clients() -> None:
+    source = KafkaDataSource({**BASE})
+    assert source.name() == "ipcount-kafka" and source.schema() == SCHEMA
+    reader = source.streamReader(SCHEMA)
+    assert isinstance(reader, KafkaStreamReader)
+    reader._offsets  # creates the (lazy) offset reader, still without Kafka clients
+    clone = pickle.loads(pickle.dumps(reader))  # noqa: S301
+    assert clone.options == reader.options and clone._kafka is None
+    part = KafkaInputPartition(OffsetRange("a", 0, 1, 5), heartbeat_ms=9)
+    clone_part = pickle.loads(pickle.dumps(part))  # noqa: S301
+    assert (clone_part.range, clone_part.heartbeat_ms) == (OffsetRange("a", 0, 1, 5), 9)
+
+
+def test_user_schema_is_refused() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    with pytest.raises(SourceError, match="fixed schema"):
+        KafkaDataSource({**BASE}).streamReader(StructType([StructField("value", StringType())]))

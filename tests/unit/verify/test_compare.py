@@ -1,0 +1,82 @@
+"""The exactness rules of `ipcount verify` (no broker: results are fed in directly)."""
+
+from __future__ import annotations
+
+from ipcount.formats.avro import IpCount
+from ipcount.verify.compare import compare
+from ipcount.verify.ledger import Ledger
+
+W = 5000
+
+
+def _ledger() -> Ledger:
+    ledger = Ledger(window_ms=W)
+    ledger.add(0, "10.0.0.1", 3)
+    ledger.add(1000, "10.0.0.2", 1)
+    ledger.add(W, "10.0.0.1", 2)
+    ledger.add_late(20 * W, "10.0.0.9", 4)  # a window holding only late records
+    return ledger
+
+
+def _r(start: int, ip: str, count: int, length: int = W) -> tuple[str, IpCount]:
+    return (f"sink[0]@{start}", IpCount(start, start + length, ip, count))
+
+
+EXACT = [_r(0, "10.0.0.1", 3), _r(0, "10.0.0.2", 1), _r(W, "10.0.0.1", 2)]
+
+
+def test_exact() -> None:
+    report = compare(EXACT, _ledger())
+    assert report.exact and not report.examples
+    assert report.summary().endswith("results=3 missing=0 duplicates=0 wrong=0 exact=true")
+    assert "records=3 expected=3 late_windows=1 late_emitted=0" in report.summary()
+
+
+def test_missing_duplicate_and_wrong() -> None:
+    results = [
+        _r(0, "10.0.0.1", 3),
+        _r(0, "10.0.0.1", 3),  # duplicate (same count)
+        _r(0, "10.0.0.2", 2),  # wrong count
+        # (W, 10.0.0.1) missing
+        _r(3 * W, "10.0.0.5", 1),  # not in the ledger
+    ]
+    report = compare(results, _ledger())
+    assert not report.exact
+    assert report.summary().endswith("results=3 missing=1 duplicates=1 wrong=2 exact=false")
+    text = "\n".join(report.examples)
+    assert "duplicate window_start=0 ip=10.0.0.1" in text
+    assert "wrong window_start=0 ip=10.0.0.2: count=2, expected 1" in text
+    assert "missing window_start=5000 ip=10.0.0.1 expected count=2" in text
+    assert "unexpected window_start=15000 ip=10.0.0.5" in text
+
+
+def test_late_window_accepted_up_to_late_count() -> None:
+    ok = compare([*EXACT, _r(20 * W, "10.0.0.9", 4)], _ledger())
+    assert ok.exact and ok.late_emitted == 4
+    partial = compare([*EXACT, _r(20 * W, "10.0.0.9", 1)], _ledger())
+    assert partial.exact and partial.late_emitted == 1
+    too_many = compare([*EXACT, _r(20 * W, "10.0.0.9", 5)], _ledger())
+    assert too_many.wrong == 1 and "expected 1..4 (late 4)" in too_many.examples[0]
+
+
+def test_ip_case_and_window_length() -> None:
+    report = compare([_r(0, "10.0.0.1", 3, length=10_000)], _ledger())
+    assert report.wrong == 1 and "length 10000 ms" in report.examples[0]
+    upper = Ledger(window_ms=W)
+    upper.add(0, "2001:DB8::1", 1)
+    assert compare([_r(0, "2001:db8::1", 1)], upper).exact
+    assert compare([_r(0, "2001:DB8::1", 1)], upper).exact
+
+
+def test_undecodable_records_are_wrong() -> None:
+    report = compare([*EXACT, ("sink[1]@7 (bad fingerprint)", None)], _ledger())
+    assert report.wrong == 1 and report.records == 4 and report.results == 3
+    assert "undecodable sink[1]@7" in report.examples[0]
+
+
+def test_examples_are_capped() -> None:
+    ledger = Ledger(window_ms=W)
+    for i in range(25):
+        ledger.add(i * W, "10.0.0.1")
+    report = compare([], ledger)
+    assert report.missing == 25 and len(report.examples) == 10 and report.total_examples == 25

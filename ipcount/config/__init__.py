@@ -1,28 +1,8 @@
 """Typed, validated settings: conf/ipcount.toml, then IPCOUNT_* env overrides, then CLI --set
-overrides. `Settings` and `load_settings` are what the rest of ipcount uses."""
+overrides. The section classes live in `ipcount.config.settings`; the rest of ipcount needs only
+what is named here."""
 
-from ipcount.config.load import ENV_PREFIX, default_config_path, load_settings
-from ipcount.config.settings import (
-    BrokerSettings,
-    JobSettings,
-    KafkaSettings,
-    Settings,
-    SinkSettings,
-    SparkSettings,
-    TopicSettings,
-    redact,
-)
+from ipcount.config.load import default_config_path, load_settings
+from ipcount.config.settings import Settings, redact
 
-__all__ = [
-    "KafkaSettings",
-    "TopicSettings",
-    "JobSettings",
-    "SinkSettings",
-    "BrokerSettings",
-    "SparkSettings",
-    "Settings",
-    "ENV_PREFIX",
-    "default_config_path",
-    "load_settings",
-    "redact",
-]
+__all__ = ["Settings", "default_config_path", "load_settings", "redact"]

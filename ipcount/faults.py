@@ -1,5 +1,7 @@
 """Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId,..." makes `fault_point`
-SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver)."""
+SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver).
+"point@batchId/stop" SIGSTOPs this process there instead (once per process): a writer frozen in its
+open transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENV_VAR = "IPCOUNT_FAULTS"
+STOP_SUFFIX = "/stop"
 # The process group to kill. Spark runs the sink's commit in a Python worker forked by the pyspark
 # daemon, which makes its own process group: killing that group leaves the driver JVM alive.
 # The driver pins its own group here before Spark starts, so a fault kills the whole job.
@@ -50,6 +53,7 @@ def parse_faults(spec: str) -> frozenset[tuple[str, int]]:
         entry = raw.strip()
         if not entry:
             continue
+        entry = entry.removesuffix(STOP_SUFFIX)
         point, sep, batch = entry.partition("@")
         point = point.strip()
         if not sep or not batch.strip().lstrip("-").isdigit():
@@ -64,6 +68,9 @@ def parse_faults(spec: str) -> frozenset[tuple[str, int]]:
             )
         faults.add((point, int(batch)))
     return frozenset(faults)
+
+
+_stopped: set[str] = set()
 
 
 def pin_process_group() -> None:
@@ -86,6 +93,18 @@ def fault_point(name: str, batch_id: int) -> None:
     if not spec:
         return
     if (name, batch_id) not in parse_faults(spec):
+        return
+    entry = f"{name}@{batch_id}{STOP_SUFFIX}"
+    if entry in (e.strip() for e in spec.split(",")):
+        if entry in _stopped:  # once per process: the retried batch then goes through
+            return
+        _stopped.add(entry)
+        logger.error("fault injection: %s@%d: SIGSTOP to pid %d", name, batch_id, os.getpid())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        _record(f"fault injection: {name}@{batch_id}: SIGSTOP to pid {os.getpid()}\n")
+        os.kill(os.getpid(), signal.SIGSTOP)
+        logger.warning("fault injection: %s@%d: resumed", name, batch_id)
         return
     pinned = os.environ.get(PGID_ENV_VAR, "")
     group = int(pinned) if pinned.isdigit() else os.getpgid(0)

@@ -1,4 +1,7 @@
-"""Shared fixtures: a session-wide local broker (or IPCOUNT_TEST_BOOTSTRAP), settings and topic factories."""
+"""Shared fixtures: a session-wide local broker (or IPCOUNT_TEST_BOOTSTRAP), settings and topic factories.
+
+IPCOUNT_TEST_BROKER picks the local broker kind: noida-db (default) or kafka (Apache Kafka, KRaft).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 
 from ipcount.config import Settings, load_settings
 from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.kinds import BROKER_KINDS, make_broker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,15 +41,44 @@ def _python_for_spark_workers() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+def _broker_kind() -> str:
+    kind = os.environ.get("IPCOUNT_TEST_BROKER", "noida-db")
+    if kind not in BROKER_KINDS:
+        raise pytest.UsageError(
+            f"IPCOUNT_TEST_BROKER={kind!r}: use one of {', '.join(BROKER_KINDS)}"
+        )
+    return kind
+
+
+@pytest.fixture(scope="session")
+def broker_kind() -> str:
+    """The local broker kind tests start: env IPCOUNT_TEST_BROKER (noida-db or kafka)."""
+    return _broker_kind()
+
+
+@pytest.fixture(scope="session")
+def new_broker() -> Callable[..., LocalBroker]:
+    """A factory: a local broker of the tests' kind in a data dir, on a free port, not started
+    (keyword arguments go to `make_broker`, e.g. transaction_max_timeout_ms)."""
+
+    def _new(data_dir: Path, **kwargs: int) -> LocalBroker:
+        return make_broker(_broker_kind(), data_dir, "127.0.0.1", free_port(), **kwargs)
+
+    return _new
+
+
 @pytest.fixture(scope="session")
 def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap servers of the test broker: IPCOUNT_TEST_BOOTSTRAP, else a noida-db started here."""
+    """Bootstrap servers of the test broker: IPCOUNT_TEST_BOOTSTRAP, else a local broker of kind
+    IPCOUNT_TEST_BROKER started here."""
     external = os.environ.get("IPCOUNT_TEST_BOOTSTRAP")
     if external:
         yield external
         return
-    broker = LocalBroker(tmp_path_factory.mktemp("broker"), "127.0.0.1", free_port())
-    broker.start(timeout=30)
+    broker = make_broker(
+        _broker_kind(), tmp_path_factory.mktemp("broker"), "127.0.0.1", free_port()
+    )
+    broker.start(timeout=60)
     try:
         yield broker.bootstrap
     finally:

@@ -13,6 +13,7 @@ from ipcount.config import Settings, load_settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.kinds import configured_broker
 
 __all__ = ["ChaosError", "ChaosEnv"]
 
@@ -67,8 +68,7 @@ class ChaosEnv:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.options.use_configured_broker:
             bootstrap = self.base.kafka.bootstrap_servers
-            b = self.base.broker
-            local = LocalBroker(b.data_dir, b.host, b.port)
+            local = configured_broker(self.base)
             # Only the local [broker] (`ipcount broker start`) can be restarted from here.
             if local.status().running and local.bootstrap == bootstrap:
                 self.broker = local
@@ -76,7 +76,7 @@ class ChaosEnv:
                 self.on_note(f"{bootstrap} is not the local [broker]: broker restarts skipped")
                 events = [e for e in events if e != BROKER_RESTART]
         else:
-            self.broker = LocalBroker(self.run_dir / "broker", "127.0.0.1", free_port())
+            self.broker = configured_broker(self.base, self.run_dir / "broker", free_port())
             self.broker.start(timeout=self.base.broker.start_timeout_seconds)
             self.own_broker = True
             bootstrap = self.broker.bootstrap

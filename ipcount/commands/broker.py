@@ -1,12 +1,15 @@
-"""`ipcount broker start|stop|status`: the local noida-db broker for development and the demo."""
+"""`ipcount broker start|stop|status`: the local broker (noida-db or Apache Kafka) for development
+and the demo."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from ipcount.config import Settings
 from ipcount.local.broker import LocalBroker
+from ipcount.local.kinds import BROKER_KINDS, configured_broker
 
 __all__ = ["register", "ORDER"]
 
@@ -16,24 +19,33 @@ ORDER = 50
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "broker",
-        help="run the local development broker (noida-db)",
-        description="Start, stop or check the local noida-db Kafka broker configured in [broker].",
+        help="run the local development broker (noida-db or Apache Kafka)",
+        description="Start, stop or check the local Kafka broker configured in [broker].",
     )
     p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument(
+        "--kind",
+        choices=BROKER_KINDS,
+        help="noida-db (embedded) or kafka (Apache Kafka, KRaft); default: broker.kind",
+    )
     p.set_defaults(func=run)
 
 
-def _broker(settings: Settings) -> LocalBroker:
-    b = settings.broker
-    return LocalBroker(b.data_dir, b.host, b.port)
+def _broker(settings: Settings, kind: str | None) -> LocalBroker:
+    if kind is not None:
+        settings = dataclasses.replace(
+            settings, broker=dataclasses.replace(settings.broker, kind=kind)
+        )
+    return configured_broker(settings)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    broker = _broker(settings)
+    broker = _broker(settings, args.kind)
     if args.action == "start":
         pid = broker.start(timeout=settings.broker.start_timeout_seconds)
         print(
-            f"broker running: pid {pid}, bootstrap {broker.bootstrap}, data dir {broker.data_dir}"
+            f"{broker.kind} broker running: pid {pid}, bootstrap {broker.bootstrap}, "
+            f"data dir {broker.data_dir}"
         )
         if settings.kafka.bootstrap_servers != broker.bootstrap:
             print(

@@ -15,7 +15,8 @@ from typing import Any
 
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics
-from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.broker import free_port
+from ipcount.local.kinds import configured_broker
 
 __all__ = ["register", "ORDER"]
 
@@ -57,9 +58,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    broker = LocalBroker(work / "broker", "127.0.0.1", free_port())
+    broker = configured_broker(settings, work / "broker", free_port())
     _say(
-        f"starting a local Kafka broker (noida-db) on {broker.bootstrap}, data in {broker.data_dir}"
+        f"starting a local Kafka broker ({broker.kind}) on {broker.bootstrap}, "
+        f"data in {broker.data_dir}"
     )
     broker.start(timeout=settings.broker.start_timeout_seconds)
     ledger = work / "ledger.jsonl"

@@ -116,12 +116,17 @@ class SinkSettings:
 
 @dataclass(frozen=True)
 class BrokerSettings:
-    """The local noida-db broker that `ipcount broker` runs for development and the demo."""
+    """The local broker that `ipcount broker` runs for development, the demo and the tests."""
 
+    # "noida-db" (embedded, from pip) or "kafka" (Apache Kafka in KRaft mode, from Maven Central).
+    kind: str = "noida-db"
     host: str = "127.0.0.1"
     port: int = 9092
     data_dir: str = ".ipcount/broker"
     start_timeout_seconds: float = 30.0
+    # Apache Kafka only: its version (Maven Central) and transaction.max.timeout.ms.
+    kafka_version: str = "4.4.0"
+    transaction_max_timeout_ms: int = 900_000
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,10 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
     if s.broker.start_timeout_seconds <= 0:
         fail("broker", "start_timeout_seconds", "must be positive")
+    if s.broker.kind not in ("noida-db", "kafka"):
+        fail("broker", "kind", f"must be 'noida-db' or 'kafka', got {s.broker.kind!r}")
+    if s.broker.transaction_max_timeout_ms < 1000:
+        fail("broker", "transaction_max_timeout_ms", "must be at least 1000")
     if s.spark.shuffle_partitions < 1:
         fail("spark", "shuffle_partitions", "must be at least 1")
     if s.spark.state_store not in ("rocksdb", "hdfs"):

@@ -147,9 +147,13 @@ def _trigger(writer: Any, settings: Settings, available_now: bool) -> Any:
     return writer.trigger(processingTime=f"{_ms(interval)} milliseconds")
 
 
-def start_job(spark: Any, settings: Settings, *, available_now: bool = False) -> JobQueries:
-    """Start the counts query (and the dead-letter query when job.dead_letter is on)."""
-    preflight(settings)
+def start_job(
+    spark: Any, settings: Settings, *, available_now: bool = False, checked: bool = False
+) -> JobQueries:
+    """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
+    `preflight` already passed."""
+    if not checked:
+        preflight(settings)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id = checkpoint_query_id(spark, checkpoint)
     source = spark.readStream.format("ipcount-kafka").options(**source_options(settings)).load()
@@ -217,6 +221,8 @@ def run_job(
     from ipcount.job.progress import ProgressLogger
     from ipcount.job.session import build_session
 
+    # Before Spark starts: a wrong setting or a missing topic fails in a second, not after ~15 s.
+    preflight(settings)
     session = spark if spark is not None else build_session(settings)
     listener = ProgressLogger()
     session.streams.addListener(listener)
@@ -232,7 +238,7 @@ def run_job(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _request_stop)
-    queries = start_job(session, settings, available_now=available_now)
+    queries = start_job(session, settings, available_now=available_now, checked=True)
     deadline = None if timeout is None else time.monotonic() + timeout
     failed = False
     try:

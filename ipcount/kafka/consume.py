@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ipcount.errors import BrokerError, ConfigError, DecodeError, IpcountError
 from ipcount.formats.avro import Codec, IpCount
@@ -152,12 +152,23 @@ class TopicReader:
         stops short of open transactions.
         """
         probe = Consumer(consumer_conf(self._base, "read_uncommitted", "ipcount-probe"))
+        deadline = time.monotonic() + self.timeout
         try:
             ends = {}
             for p in self.partitions:
-                ends[p] = probe.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=self.timeout
-                )
+                tp = TopicPartition(self.topic, p)
+                while True:
+                    try:
+                        ends[p] = probe.get_watermark_offsets(tp, timeout=self.timeout)
+                        break
+                    except KafkaException as exc:
+                        # A new topic's leader is not yet known everywhere (Apache Kafka answers
+                        # NOT_LEADER_FOR_PARTITION for a moment after CreateTopics): retry.
+                        err = exc.args[0] if exc.args else None
+                        retriable = isinstance(err, KafkaError) and err.retriable()
+                        if not retriable or time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.1)
             return ends
         except KafkaException as exc:
             raise BrokerError(

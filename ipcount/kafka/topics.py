@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from ipcount.config import Settings
 from ipcount.errors import BrokerError
@@ -106,4 +107,32 @@ def ensure_topics(settings: Settings) -> dict[str, str]:
             raise BrokerError(
                 f"could not create topic {name}: {describe_kafka_error(exc)}"
             ) from exc
+    _wait_for_leaders(admin, [t.topic for t in new], settings.kafka.connect_timeout_seconds)
     return {spec.name: result[spec.name] for spec in specs}
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Wait until every partition of the new topics has a leader: Apache Kafka acknowledges
+    CreateTopics before its metadata shows them, and a client that comes next (the job, a
+    producer's first send) would otherwise meet UNKNOWN_TOPIC_OR_PART or NOT_LEADER errors."""
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending:
+        md = admin.list_topics(timeout=max(0.5, deadline - time.monotonic()))
+        for name in list(pending):
+            topic = md.topics.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and topic.partitions
+                and all(part.leader >= 0 for part in topic.partitions.values())
+            ):
+                pending.discard(name)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topic(s) {', '.join(sorted(pending))} were created but have no partition leader "
+                f"after {timeout:g}s; check the broker's log"
+            )
+        time.sleep(0.1)

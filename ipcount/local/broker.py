@@ -1,11 +1,10 @@
-"""The local noida-db Kafka broker for development, the demo and tests: start, readiness, stop by
-PID."""
+"""One interface for the local Kafka brokers (noida-db, Apache Kafka in KRaft mode): start with
+readiness by metadata, stop by PID, kill, pause; the PID recorded in the broker's data dir."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.resources
 import json
 import logging
 import os
@@ -19,32 +18,12 @@ from pathlib import Path
 from ipcount.errors import BrokerError
 from ipcount.kafka.client import wait_for_metadata
 
-__all__ = ["LocalBroker", "BrokerStatus", "noida_binary", "free_port"]
+__all__ = ["LocalBroker", "BrokerStatus", "free_port", "pid_alive"]
 
 logger = logging.getLogger(__name__)
 
 _STATE_FILE = "ipcount-broker.json"
 _LOG_FILE = "broker.log"
-
-
-def noida_binary() -> Path:
-    """The noida-db executable shipped in the `noida-db` wheel (the binary, not its Python wrapper).
-
-    Raises:
-        BrokerError: when the package is not installed.
-    """
-    try:
-        path = Path(str(importlib.resources.files("noida_db") / "noida-db"))
-    except ModuleNotFoundError:
-        raise BrokerError(
-            "the local broker needs the noida-db package: pip install 'ipcount[dev]' "
-            "(or point kafka.bootstrap_servers at a running Kafka)"
-        ) from None
-    if not path.is_file():
-        raise BrokerError(f"noida-db binary not found at {path}; reinstall noida-db==0.2.3")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | 0o111)
-    return path
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -54,17 +33,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
     except OSError as exc:
         return exc.errno == errno.EPERM
-    # A zombie child still answers kill(0); treat it as gone.
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -75,16 +64,42 @@ class BrokerStatus:
     pid: int | None
     bootstrap: str
     data_dir: str
+    kind: str = "noida-db"
 
 
 class LocalBroker:
-    """A noida-db broker on `host:port` with its own data dir, where its PID is recorded."""
+    """A local broker process on `host:port` with its own data dir, where its PID is recorded.
+
+    Subclasses say how to run it (`command`, `prepare`) and what it guarantees:
+    `durable_kill` is True when a SIGKILL loses nothing the broker acknowledged.
+    """
+
+    kind = "abstract"
+    durable_kill = True
 
     def __init__(self, data_dir: str | Path, host: str = "127.0.0.1", port: int = 9092) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
         self._proc: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.bootstrap}, data_dir={str(self.data_dir)!r})"
+
+    # --- what a kind provides -------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """The broker's command line."""
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Everything the first start needs in the data dir (config, formatted storage)."""
+
+    def child_env(self) -> dict[str, str] | None:
+        """The broker's environment (None: this process's)."""
+        return None
+
+    # --- common ----------------------------------------------------------------------------
 
     @property
     def bootstrap(self) -> str:
@@ -99,6 +114,12 @@ class LocalBroker:
     def log_file(self) -> Path:
         return self.data_dir / _LOG_FILE
 
+    @property
+    def pid(self) -> int | None:
+        """The recorded PID if that process is alive."""
+        pid = self._recorded_pid()
+        return pid if pid is not None and pid_alive(pid) else None
+
     def _recorded_pid(self) -> int | None:
         try:
             state = json.loads(self.state_file.read_text(encoding="utf-8"))
@@ -108,9 +129,8 @@ class LocalBroker:
 
     def status(self) -> BrokerStatus:
         """Whether the broker recorded in the data dir is running."""
-        pid = self._recorded_pid()
-        running = pid is not None and _pid_alive(pid)
-        return BrokerStatus(running, pid if running else None, self.bootstrap, str(self.data_dir))
+        pid = self.pid
+        return BrokerStatus(pid is not None, pid, self.bootstrap, str(self.data_dir), self.kind)
 
     def start(self, timeout: float = 30.0) -> int:
         """Start the broker in the background and wait until it answers a metadata request.
@@ -119,7 +139,8 @@ class LocalBroker:
             The broker's PID.
 
         Raises:
-            BrokerError: already running, port taken, or not ready within `timeout` seconds.
+            BrokerError: already running, port taken, cannot be prepared, or not ready within
+                `timeout` seconds.
         """
         current = self.status()
         if current.running:
@@ -127,28 +148,14 @@ class LocalBroker:
                 f"the local broker is already running (pid {current.pid}, {self.bootstrap}, "
                 f"data dir {self.data_dir}); `ipcount broker stop` stops it"
             )
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((self.host, self.port))
-            except OSError:
-                raise BrokerError(
-                    f"port {self.port} on {self.host} is in use by another process; "
-                    "choose another with broker.port (env IPCOUNT_BROKER_PORT)"
-                ) from None
+        if not _port_free(self.host, self.port):
+            raise BrokerError(
+                f"port {self.port} on {self.host} is in use by another process; "
+                "choose another with broker.port (env IPCOUNT_BROKER_PORT)"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            str(noida_binary()),
-            "start",
-            "--data-dir",
-            str(self.data_dir),
-            "--host",
-            self.host,
-            "--only",
-            "kafka",
-            "--kafka-port",
-            str(self.port),
-        ]
+        self.prepare()
+        cmd = self.command()
         log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child
         try:
             # Own session: a Ctrl-C in the terminal that started it does not stop the broker.
@@ -158,22 +165,28 @@ class LocalBroker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env=self.child_env(),
             )
         finally:
             log.close()
         self._proc = proc
         self.state_file.write_text(
-            json.dumps({"pid": proc.pid, "host": self.host, "port": self.port}), encoding="utf-8"
+            json.dumps({"pid": proc.pid, "host": self.host, "port": self.port, "kind": self.kind}),
+            encoding="utf-8",
         )
         logger.info(
-            "started noida-db pid %d on %s (data dir %s)", proc.pid, self.bootstrap, self.data_dir
+            "started %s pid %d on %s (data dir %s)",
+            self.kind,
+            proc.pid,
+            self.bootstrap,
+            self.data_dir,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.state_file.unlink(missing_ok=True)
                 raise BrokerError(
-                    f"noida-db exited with status {proc.returncode} while starting; "
+                    f"{self.kind} exited with status {proc.returncode} while starting; "
                     f"see {self.log_file}:\n" + self._log_tail()
                 )
             try:
@@ -183,29 +196,45 @@ class LocalBroker:
                 continue
         self.stop()
         raise BrokerError(
-            f"noida-db did not answer on {self.bootstrap} within {timeout:g}s; see {self.log_file}"
+            f"{self.kind} did not answer on {self.bootstrap} within {timeout:g}s; "
+            f"see {self.log_file}:\n" + self._log_tail()
         )
 
     def stop(self, timeout: float = 15.0) -> bool:
         """Stop the recorded broker by PID (SIGTERM, then SIGKILL); False if none was running."""
         pid = self._recorded_pid()
-        if pid is None or not _pid_alive(pid):
+        if pid is None or not pid_alive(pid):
             self.state_file.unlink(missing_ok=True)
             return False
+        self.resume()  # a stopped (SIGSTOP) process would not handle SIGTERM
         self._signal_and_wait(pid, signal.SIGTERM, timeout)
-        if _pid_alive(pid):
-            logger.warning("noida-db pid %d ignored SIGTERM for %gs; killing it", pid, timeout)
+        if pid_alive(pid):
+            logger.warning("%s pid %d ignored SIGTERM for %gs; killing it", self.kind, pid, timeout)
             self._signal_and_wait(pid, signal.SIGKILL, 5.0)
         self.state_file.unlink(missing_ok=True)
-        logger.info("stopped noida-db pid %d", pid)
+        logger.info("stopped %s pid %d", self.kind, pid)
         return True
 
     def kill(self) -> None:
         """SIGKILL the broker (for crash tests); the data dir survives for a restart."""
         pid = self._recorded_pid()
-        if pid is not None and _pid_alive(pid):
+        if pid is not None and pid_alive(pid):
             self._signal_and_wait(pid, signal.SIGKILL, 5.0)
         self.state_file.unlink(missing_ok=True)
+
+    def pause(self) -> None:
+        """SIGSTOP the broker: a hung broker (connections open, nothing answered)."""
+        pid = self.pid
+        if pid is None:
+            raise BrokerError(f"no {self.kind} broker is running for {self.data_dir}")
+        os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused broker (a no-op for a running one)."""
+        pid = self.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def _signal_and_wait(self, pid: int, sig: int, timeout: float) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -215,7 +244,7 @@ class LocalBroker:
             if self._proc is not None and self._proc.pid == pid:
                 if self._proc.poll() is not None:
                     return
-            elif not _pid_alive(pid):
+            elif not pid_alive(pid):
                 return
             time.sleep(0.05)
 
@@ -224,4 +253,4 @@ class LocalBroker:
             text = self.log_file.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return ""
-        return "\n".join(line for line in text[-lines:] if "GLIBC_2.39" not in line)
+        return "\n".join(text[-lines:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pickle
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.consume import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.kinds import make_broker
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 from ipcount.sink.writer import KafkaTxnCommitMessage
@@ -112,7 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     bootstrap = args.bootstrap
     if not bootstrap:
         tmp = tempfile.TemporaryDirectory(prefix="bench-sink-")
-        broker = LocalBroker(Path(tmp.name) / "broker", "127.0.0.1", free_port())
+        broker = make_broker(
+            os.environ.get("IPCOUNT_BROKER_KIND", "noida-db"),
+            Path(tmp.name) / "broker",
+            "127.0.0.1",
+            free_port(),
+        )
+
         broker.start(timeout=30)
         bootstrap = broker.bootstrap
     try:

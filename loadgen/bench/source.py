@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.client import with_client_logging
 from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.kinds import make_broker
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition
 
@@ -194,7 +196,13 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = args.bootstrap
     if not bootstrap:
         tmp = tempfile.TemporaryDirectory(prefix="bench-source-broker-")
-        broker = LocalBroker(Path(tmp.name), "127.0.0.1", free_port())
+        broker = make_broker(
+            os.environ.get("IPCOUNT_BROKER_KIND", "noida-db"),
+            Path(tmp.name),
+            "127.0.0.1",
+            free_port(),
+        )
+
         broker.start(timeout=30)
         bootstrap = broker.bootstrap
     topic = f"bench-source-{uuid.uuid4().hex[:8]}"

@@ -26,6 +26,7 @@ from ipcount.config import Settings, load_settings
 from ipcount.errors import ConfigError, IpcountError
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
+from ipcount.local.kinds import configured_broker
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 from loadgen.bench.memory import MemoryPeaks, MemorySampler
@@ -128,7 +129,8 @@ def _topic_safe(text: str) -> str:
 def bench_env(
     settings: Settings, bootstrap: str | None, overrides: Sequence[str], keep: bool = False
 ) -> Iterator[BenchEnv]:
-    """A temp work dir and a broker: `bootstrap` if given, else a noida-db on a free port,
+    """A temp work dir and a broker: `bootstrap` if given, else the configured local broker kind
+    ([broker] kind) on a free port,
     stopped by PID at the end."""
     config = (
         None if settings.source_path == "defaults" else str(Path(settings.source_path).resolve())
@@ -139,7 +141,7 @@ def bench_env(
     try:
         broker_pid = None
         if not bootstrap:
-            broker = LocalBroker(Path(tmp) / "broker", "127.0.0.1", free_port())
+            broker = configured_broker(settings, Path(tmp) / "broker", free_port())
             broker_pid = broker.start(timeout=settings.broker.start_timeout_seconds)
             bootstrap = broker.bootstrap
         env = BenchEnv(bootstrap, Path(tmp), config, list(overrides), broker_pid)

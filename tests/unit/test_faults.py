@@ -53,3 +53,7 @@ def test_pin_process_group_only_with_faults(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("IPCOUNT_FAULTS_PGID", "12345")
     pin_process_group()  # an outer launcher's pin wins
     assert os.environ["IPCOUNT_FAULTS_PGID"] == "12345"
+
+
+def test_stop_entries_parse_like_kill_entries() -> None:
+    assert parse_faults("sink.before_commit@3/stop") == {("sink.before_commit", 3)}

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ipcount.chaos.job import SynthProcess, child_env
-from ipcount.chaos.plan import BROKER_RESTART, ChaosOptions
+from ipcount.chaos.plan import BROKER_HANG, BROKER_RESTART, ChaosOptions
 from ipcount.config import Settings, load_settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
@@ -72,9 +72,9 @@ class ChaosEnv:
             # Only the local [broker] (`ipcount broker start`) can be restarted from here.
             if local.status().running and local.bootstrap == bootstrap:
                 self.broker = local
-            elif BROKER_RESTART in events:
-                self.on_note(f"{bootstrap} is not the local [broker]: broker restarts skipped")
-                events = [e for e in events if e != BROKER_RESTART]
+            elif BROKER_RESTART in events or BROKER_HANG in events:
+                self.on_note(f"{bootstrap} is not the local [broker]: broker faults skipped")
+                events = [e for e in events if e not in (BROKER_RESTART, BROKER_HANG)]
         else:
             self.broker = configured_broker(self.base, self.run_dir / "broker", free_port())
             self.broker.start(timeout=self.base.broker.start_timeout_seconds)
@@ -155,13 +155,22 @@ class ChaosEnv:
 
     # --- broker ---------------------------------------------------------------------------
 
-    def restart_broker(self) -> float:
-        """Stop the broker gracefully and start it again on the same port and data dir;
-        returns the seconds it was away."""
+    def restart_broker(self, how: str = "SIGTERM") -> float:
+        """Stop the broker (`how`: SIGTERM, a controlled shutdown; SIGKILL) and start it again on
+        the same port and data dir, or hang it (SIGSTOP, then SIGCONT); returns the seconds it
+        was away."""
         if self.broker is None:
             return 0.0
         t = time.monotonic()
-        self.broker.stop()
+        if how == "SIGSTOP":
+            self.broker.pause()
+            time.sleep(self.options.broker_hang_seconds)
+            self.broker.resume()
+            return time.monotonic() - t
+        if how == "SIGKILL":
+            self.broker.kill()
+        else:
+            self.broker.stop()
         time.sleep(self.options.broker_downtime_seconds)
         self.broker.start(timeout=self.base.broker.start_timeout_seconds)
         return time.monotonic() - t

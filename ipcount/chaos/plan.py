@@ -30,8 +30,11 @@ KILL = "kill"
 BEFORE_COMMIT = "sink.before_commit"
 AFTER_COMMIT = "sink.after_commit"
 INJECTED = (BEFORE_COMMIT, AFTER_COMMIT)
-# A graceful stop and start of the broker while the job runs.
+# A stop and start of the broker while the job runs: SIGTERM (controlled shutdown), or SIGKILL
+# when the broker loses nothing it acknowledged on a kill (Apache Kafka; see LocalBroker).
 BROKER_RESTART = "broker-restart"
+# A hung broker: SIGSTOP, then SIGCONT (connections stay open, nothing is answered).
+BROKER_HANG = "broker-hang"
 # The job ended on its own (not planned): it is restarted and reported.
 JOB_EXIT = "job-exit"
 
@@ -46,6 +49,9 @@ class ChaosOptions:
     rate: float | None = None
     kills: int = 3
     broker_restarts: int = 1
+    broker_hangs: int = 0
+    # Seconds a hung broker stays stopped.
+    broker_hang_seconds: float = 8.0
     seed: int | None = None
     ips: int = 200
     late_fraction: float = 0.002
@@ -70,8 +76,10 @@ class ChaosOptions:
             raise ConfigError("--records must be at least 100")
         if self.rate is not None and self.rate <= 0:
             raise ConfigError("--rate must be positive")
-        if self.kills < 0 or self.broker_restarts < 0:
-            raise ConfigError("--kills and --broker-restarts must be zero or positive")
+        if self.kills < 0 or self.broker_restarts < 0 or self.broker_hangs < 0:
+            raise ConfigError(
+                "--kills, --broker-restarts and --broker-hangs must be zero or positive"
+            )
         if self.ips < 1:
             raise ConfigError("--ips must be at least 1")
         if self.idle_timeout_seconds <= 0 or self.trigger_interval_seconds < 0:
@@ -87,10 +95,12 @@ class ChaosOptions:
         return max(10.0, self.records / seconds)
 
 
-def plan_events(kills: int, broker_restarts: int, rng: random.Random) -> list[str]:
+def plan_events(
+    kills: int, broker_restarts: int, rng: random.Random, broker_hangs: int = 0
+) -> list[str]:
     """The order of faults: `kills` job kills (at least one random SIGKILL, one
     sink.before_commit and one sink.after_commit when kills >= 3; otherwise before_commit first,
-    then after_commit), and `broker_restarts` broker restarts.
+    then after_commit), `broker_restarts` broker restarts and `broker_hangs` broker hangs.
 
     An injected fault is armed when the job starts (IPCOUNT_FAULTS is read by the job), so a
     broker restart the job may survive is placed only before a random kill or at the end: the
@@ -99,9 +109,10 @@ def plan_events(kills: int, broker_restarts: int, rng: random.Random) -> list[st
     base = [BEFORE_COMMIT, AFTER_COMMIT, KILL]
     kinds = base[: min(kills, 3)] + [rng.choice(base) for _ in range(max(0, kills - 3))]
     rng.shuffle(kinds)
-    for _ in range(broker_restarts):
+    broker = [BROKER_RESTART] * broker_restarts + [BROKER_HANG] * broker_hangs
+    for event in broker:
         slots = [i for i, k in enumerate(kinds) if k == KILL] + [len(kinds)]
-        kinds.insert(rng.choice(slots), BROKER_RESTART)
+        kinds.insert(rng.choice(slots), event)
     return kinds
 
 
@@ -115,6 +126,8 @@ class ChaosEvent:
     outcome: str
     # False when a planned fault could not be injected (e.g. the fault point never fired).
     injected: bool = True
+    # The signal a broker event sent (SIGTERM, SIGKILL or SIGSTOP).
+    signal: str = ""
 
     def line(self) -> str:
         batch = "-" if self.batch is None else str(self.batch)
@@ -141,6 +154,10 @@ class ChaosReport:
 
     def count(self, kind: str, injected: bool = True) -> int:
         return sum(1 for e in self.events if e.kind == kind and e.injected == injected)
+
+    def signals(self, name: str) -> int:
+        """Broker events that sent signal `name`."""
+        return sum(1 for e in self.events if e.signal == name)
 
     @property
     def kills(self) -> int:
@@ -174,7 +191,9 @@ class ChaosReport:
         return (
             f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
             f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
-            f"broker_restarts={self.count(BROKER_RESTART)} unplanned_exits={self.count(JOB_EXIT)} "
+            f"broker_restarts={self.count(BROKER_RESTART)} (sigterm={self.signals('SIGTERM')} "
+            f"sigkill={self.signals('SIGKILL')}) broker_hangs={self.count(BROKER_HANG)} "
+            f"unplanned_exits={self.count(JOB_EXIT)} "
             f"missed_faults={self.missed} confirmed_faults={len(self.confirmed)} "
             f"unconfirmed_faults={len(self.unconfirmed)} job_starts={self.job_starts} "
             f"records={self.records} "

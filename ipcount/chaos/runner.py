@@ -25,6 +25,7 @@ from ipcount.chaos.job import (
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
+    BROKER_HANG,
     BROKER_RESTART,
     INJECTED,
     JOB_EXIT,
@@ -68,7 +69,9 @@ class ChaosRunner:
         seed = options.seed
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
-        self.events = plan_events(options.kills, options.broker_restarts, self.rng)
+        self.events = plan_events(
+            options.kills, options.broker_restarts, self.rng, options.broker_hangs
+        )
         self.tag = uuid.uuid4().hex[:8]
         self.run_dir = Path(options.work_dir).resolve() / f"run-{self.tag}"
         self.report = ChaosReport(self.seed, self.run_dir)
@@ -153,8 +156,15 @@ class ChaosRunner:
 
     # --- faults ---------------------------------------------------------------------------
 
-    def _event(self, kind: str, batch: int | None, outcome: str, injected: bool = True) -> None:
-        ev = ChaosEvent(round(self._now(), 1), kind, batch, outcome, injected)
+    def _event(
+        self,
+        kind: str,
+        batch: int | None,
+        outcome: str,
+        injected: bool = True,
+        signal: str = "",
+    ) -> None:
+        ev = ChaosEvent(round(self._now(), 1), kind, batch, outcome, injected, signal)
         self.report.events.append(ev)
         logger.info("chaos event: %s", ev.line())
         self.on_event(ev)
@@ -212,38 +222,64 @@ class ChaosRunner:
             injected=job.killed,
         )
 
-    def _restart_broker(self, job: JobProcess) -> JobProcess | None:
-        """Stop and start the broker while the job runs; the job if it carried on, else None.
+    def _broker_signal(self, kind: str) -> str:
+        """SIGSTOP for a hang. A restart is SIGTERM on a broker that loses acknowledged writes
+        when killed (noida-db); on one that does not (Apache Kafka), the first restart is a
+        SIGKILL and they alternate from there."""
+        if kind == BROKER_HANG:
+            return "SIGSTOP"
+        broker = self.env.broker
+        if broker is None or not broker.durable_kill:
+            return "SIGTERM"
+        return (
+            "SIGKILL"
+            if self.report.signals("SIGKILL") <= self.report.signals("SIGTERM")
+            else ("SIGTERM")
+        )
 
-        A graceful stop (SIGTERM), at a quiet moment. noida-db saves its state about once a
-        second, so a kill -9 of the broker loses the acknowledged writes of the last second, and
-        even a graceful stop was measured to lose a produce request in flight at that moment
-        (2 acknowledged records of ~580 in 2 of 5 restarts; the idempotent producer then fails
-        with a fatal OUT_OF_ORDER_SEQUENCE_NUMBER). Both are durability losses of the broker,
-        which a replicated Kafka cluster does not have and no client can survive. So the
-        generator is stopped first (it flushes and writes its ledger; a new one starts after the
-        restart) and the broker stops right after a micro-batch's commit, when the job has no
-        transaction in flight. The job may still die meanwhile; the runner then restarts it.
+    def _restart_broker(self, job: JobProcess, kind: str = BROKER_RESTART) -> JobProcess | None:
+        """Restart (or hang) the broker while the job runs; the job if it carried on, else None.
+
+        noida-db saves its state about once a second, so a kill -9 of it loses the acknowledged
+        writes of the last second, and even a graceful stop was measured to lose a produce
+        request in flight at that moment (2 acknowledged records of ~580 in 2 of 5 restarts; the
+        idempotent producer then fails with a fatal OUT_OF_ORDER_SEQUENCE_NUMBER). Both are
+        durability losses of that broker, which Apache Kafka does not have and no client can
+        survive. So on noida-db the broker stops right after a micro-batch's commit, when the job
+        has no transaction in flight; on Apache Kafka it is killed whenever it comes. Either way
+        the generator is stopped first (it flushes and writes its ledger; a new one starts after
+        the restart): records held in a producer while the broker is away would be late by the
+        time they arrive. The job may still die meanwhile; the runner then restarts it.
         """
         if self.env.broker is None:
             return job
-        job = self._ready_then_wait(job, BROKER_RESTART, self.rng.uniform(0.5, 3.0))
+        how = self._broker_signal(kind)
+        job = self._ready_then_wait(job, kind, self.rng.uniform(0.5, 3.0))
         self.env.pause_synth()
         before = last_committed_batch(self.checkpoint)
         o = self.options
-        deadline = time.monotonic() + o.idle_timeout_seconds + 3 * o.trigger_interval_seconds + 30
-        while job.alive and last_committed_batch(self.checkpoint) == before:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        before = last_committed_batch(self.checkpoint)
-        down = self.env.restart_broker()
+        if not self.env.broker.durable_kill:
+            deadline = time.monotonic() + o.idle_timeout_seconds + 3 * o.trigger_interval_seconds
+            deadline += 30
+            while job.alive and last_committed_batch(self.checkpoint) == before:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            before = last_committed_batch(self.checkpoint)
+        down = self.env.restart_broker(how)
         self.env.resume_synth(more=self.faults_pending)
+        what = f"{how}; broker away {down:.1f}s"
         deadline = time.monotonic() + self.options.start_timeout_seconds
         while job.alive and time.monotonic() < deadline:
             last = last_committed_batch(self.checkpoint)
             if last is not None and (before is None or last > before):
-                self._event(BROKER_RESTART, last, f"broker down {down:.1f}s; job carried on")
+                recovered = time.monotonic() - deadline + self.options.start_timeout_seconds
+                self._event(
+                    kind,
+                    last,
+                    f"{what}; job carried on (next commit {recovered:.1f}s after)",
+                    signal=how,
+                )
                 return job
             self._tick()
         if job.alive:
@@ -252,7 +288,7 @@ class ChaosRunner:
         else:
             job.reap()
             outcome = f"job died (exit {job.returncode}, see {job.log_path.name}): restarted"
-        self._event(BROKER_RESTART, before, f"broker down {down:.1f}s; {outcome}")
+        self._event(kind, before, f"{what}; {outcome}", signal=how)
         return None
 
     # --- the run --------------------------------------------------------------------------
@@ -280,7 +316,7 @@ class ChaosRunner:
             elif kind == KILL:
                 self._random_kill(job)
             else:
-                survivor = self._restart_broker(job)
+                survivor = self._restart_broker(job, kind)
                 if survivor is not None:
                     job = survivor  # it carried on through the broker restart
                     continue

@@ -47,7 +47,20 @@ def register(sub: Any) -> None:
         help="job SIGKILLs: random, at sink.before_commit and at sink.after_commit (from 3 on, "
         "at least one of each; default 3)",
     )
-    add("--broker-restarts", type=int, default=1, help="graceful broker restarts (default 1)")
+    add(
+        "--broker-restarts",
+        type=int,
+        default=1,
+        help="broker restarts (default 1): SIGTERM on noida-db; on Apache Kafka SIGKILL and "
+        "SIGTERM in turn",
+    )
+    add(
+        "--broker-hangs",
+        type=int,
+        default=0,
+        help="hung brokers: SIGSTOP for --broker-hang seconds, then SIGCONT (default 0)",
+    )
+    add("--broker-hang", type=float, default=8.0, help="seconds a hung broker stays stopped")
     add("--seed", type=int, default=None, help="seed of fault plan and data (default: random)")
     add("--ips", type=int, default=200, help="distinct client IPs (default 200)")
     add("--late-fraction", type=float, default=0.002, help="late records (default 0.002)")
@@ -94,6 +107,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         rate=args.rate,
         kills=args.kills,
         broker_restarts=args.broker_restarts,
+        broker_hangs=args.broker_hangs,
+        broker_hang_seconds=args.broker_hang,
         seed=args.seed,
         ips=args.ips,
         late_fraction=args.late_fraction,

@@ -20,6 +20,7 @@ from ipcount.chaos.job import (
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
+    BROKER_HANG,
     BROKER_RESTART,
     KILL,
     ChaosEvent,
@@ -44,6 +45,14 @@ def test_plan_has_each_kind_and_never_arms_a_fault_after_a_broker_restart(seed: 
     for here, after in zip(plan, plan[1:], strict=False):
         if here == BROKER_RESTART:
             assert after in (KILL, BROKER_RESTART)
+
+
+def test_broker_hangs_are_placed_like_restarts() -> None:
+    plan = plan_events(3, 1, random.Random(5), broker_hangs=2)
+    assert plan.count(BROKER_HANG) == 2 and plan.count(BROKER_RESTART) == 1
+    for here, after in zip(plan, plan[1:], strict=False):
+        if here in (BROKER_RESTART, BROKER_HANG):
+            assert after in (KILL, BROKER_RESTART, BROKER_HANG)
 
 
 def test_plan_is_reproducible_and_small_plans_prefer_injected_faults() -> None:

@@ -46,6 +46,8 @@ class KafkaSettings:
     admin: dict[str, str] = field(default_factory=dict)
     # How long a CLI waits for the broker to answer before giving up.
     connect_timeout_seconds: float = 10.0
+    # Workarounds for the embedded noida-db broker: "auto" (ask the broker), "noida-db", "none".
+    broker_quirks: str = "auto"
 
     def to_librdkafka(self, role: str = "client") -> dict[str, str]:
         """The dotted-key dict for one client role: consumer, producer, admin or client."""
@@ -262,6 +264,12 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
     if s.broker.start_timeout_seconds <= 0:
         fail("broker", "start_timeout_seconds", "must be positive")
+    if s.kafka.broker_quirks not in ("auto", "noida-db", "none"):
+        fail(
+            "kafka",
+            "broker_quirks",
+            f"must be 'auto', 'noida-db' or 'none', got {s.kafka.broker_quirks!r}",
+        )
     if s.broker.kind not in ("noida-db", "kafka"):
         fail("broker", "kind", f"must be 'noida-db' or 'kafka', got {s.broker.kind!r}")
     if s.broker.transaction_max_timeout_ms < 1000:

@@ -19,6 +19,7 @@ from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
 from ipcount.job.parse import parse_access_records
 from ipcount.kafka.client import check_transaction_timeout
+from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topics import missing_topics
 from ipcount.sink.writer import sink_options
 
@@ -76,6 +77,11 @@ def source_options(settings: Settings, *, heartbeats: bool = True) -> dict[str, 
         )
     for key, value in settings.kafka.to_librdkafka("consumer").items():
         opts[f"kafka.{key}"] = value
+    opts["brokerQuirks"] = broker_quirks(
+        settings.kafka.to_librdkafka("admin"),
+        settings.kafka.broker_quirks,
+        settings.kafka.connect_timeout_seconds,
+    ).name
     return opts
 
 

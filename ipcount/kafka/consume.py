@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from ipcount.errors import BrokerError, ConfigError, DecodeError, IpcountError
 from ipcount.formats.avro import Codec, IpCount
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.kafka.quirks import BrokerQuirks, broker_quirks
 
 __all__ = [
     "ISOLATION_LEVELS",
@@ -28,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # noida-db answers an empty fetch at once, so an idle consumer would spin (~0.5 core client plus
-# ~0.4 core broker). librdkafka fetches in its own thread, so sleeping in Python does not help,
-# and pause()/resume() loses records (a partition with no consumed record yet is reset to
-# auto.offset.reset on resume). An idle reader therefore unassigns its partitions and assigns
-# them again at concrete offsets it tracks (measured: ~0.0 core while idle, records picked up
-# within one back-off).
+# ~0.4 core broker; BrokerQuirks.spins_on_empty_fetch). librdkafka fetches in its own thread, so
+# sleeping in Python does not help, and pause()/resume() loses records (a partition with no
+# consumed record yet is reset to auto.offset.reset on resume). An idle reader on noida-db
+# therefore unassigns its partitions and assigns them again at concrete offsets it tracks
+# (measured: ~0.0 core while idle, records picked up within one back-off). On Apache Kafka the
+# broker holds an empty fetch open (fetch.wait.max.ms): the reader keeps its partitions.
 _IDLE_BACKOFF_START = 0.05
 _IDLE_BACKOFF_MAX = 1.0
 # While idle, each look for new records fetches for this long only (records already on the
@@ -93,11 +95,14 @@ class TopicReader:
         from_beginning: bool = True,
         timeout: float = 10.0,
         topic_setting: str = "topics.sink",
+        quirks: BrokerQuirks | None = None,
     ) -> None:
         self.topic = topic
+        self.quirks = quirks if quirks is not None else broker_quirks(conf, timeout=timeout)
         self.isolation = isolation
         self.timeout = timeout
-        self._base = dict(conf)
+        # What the broker's quirks need first: the caller's settings win.
+        conf = self._base = {**self.quirks.consumer_defaults(), **conf}
         self._consumer = Consumer(consumer_conf(conf, isolation))
         try:
             md = self._consumer.list_topics(timeout=timeout)
@@ -243,7 +248,7 @@ class TopicReader:
             # now would drop that fetch, and a reader whose fetches always outlast one look
             # would never advance.
             self._idle = _IDLE_BACKOFF_START
-        else:
+        elif self.quirks.spins_on_empty_fetch:
             self.positions()  # keep what the consumer skipped (markers) before letting go
             self._consumer.unassign()
             self._assigned = False

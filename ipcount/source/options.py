@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ipcount.errors import ConfigError, SourceError
+from ipcount.kafka.quirks import quirks_named
 from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
 
 __all__ = ["SourceOptions", "parse_options"]
@@ -25,6 +26,7 @@ _KNOWN = {
     "idletimeoutms",
     "heartbeatmaxadvancems",
     "heartbeatintervalms",
+    "brokerquirks",
 }
 # Spark Kafka options this source does not implement: fail instead of silently ignoring them.
 _UNSUPPORTED = {
@@ -54,8 +56,6 @@ _OWNED_KAFKA = {
 # Defaults for every consumer the source creates; kafka.* options override them.
 _CONSUMER_DEFAULTS = {
     "isolation.level": "read_committed",
-    # noida-db ignores fetch size limits: one fetch can carry a partition's whole backlog.
-    "receive.message.max.bytes": "1000000000",
     "enable.partition.eof": "false",
 }
 
@@ -75,6 +75,8 @@ class SourceOptions:
     idle_timeout_ms: int = 0
     heartbeat_max_advance_ms: int = 60_000
     heartbeat_interval_ms: int = 1_000
+    # BrokerQuirks name: "noida-db" or "none" (the pipeline asks the broker; see kafka.quirks).
+    broker_quirks: str = "none"
 
     @property
     def heartbeats(self) -> bool:
@@ -88,6 +90,7 @@ class SourceOptions:
     def consumer_conf(self, role: str) -> dict[str, str]:
         """librdkafka consumer settings for 'executor' reads or the 'driver' (metadata, tails)."""
         conf = dict(_CONSUMER_DEFAULTS)
+        conf.update(quirks_named(self.broker_quirks).consumer_defaults())
         conf.update(self.kafka)
         conf.setdefault("group.id", f"ipcount-source-{role}-{uuid.uuid4().hex[:12]}")
         conf.setdefault("client.id", f"ipcount-source-{role}")
@@ -183,4 +186,5 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         or 60_000,
         heartbeat_interval_ms=_int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 1_000, 0)
         or 0,
+        broker_quirks=quirks_named(opts.get("brokerquirks", "none")).name,
     )

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.client import with_client_logging
+from ipcount.kafka.quirks import broker_quirks
 from ipcount.local.broker import LocalBroker, free_port
 from ipcount.local.kinds import make_broker
 from ipcount.source.offsets import OffsetRange
@@ -107,7 +108,7 @@ def _raw_consume(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
                 "bootstrap.servers": bootstrap,
                 "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": "false",
-                "receive.message.max.bytes": "1000000000",
+                **broker_quirks({"bootstrap.servers": bootstrap}).consumer_defaults(),
             }
         )
     )

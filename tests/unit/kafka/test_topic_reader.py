@@ -8,6 +8,7 @@ import pytest
 
 from ipcount.kafka import consume
 from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.quirks import NOIDA_DB, NONE
 
 TOPIC = "sink"
 END = 5
@@ -84,7 +85,7 @@ class _SlowFetchConsumer:
 def test_read_to_end_survives_fetches_slower_than_one_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
     monkeypatch.setattr(consume.time, "sleep", lambda s: None)
-    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC) as reader:
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NOIDA_DB) as reader:
         records = list(reader.read_to_end(deadline_seconds=5))
         fake = reader._consumer
     assert [r.offset for r in records] == list(range(END))
@@ -95,6 +96,17 @@ def test_read_to_end_survives_fetches_slower_than_one_poll(monkeypatch: pytest.M
 def test_an_idle_reader_still_lets_go_of_its_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
     monkeypatch.setattr(consume.time, "sleep", lambda s: None)
-    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC) as reader:
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NOIDA_DB) as reader:
         list(reader.read_to_end(deadline_seconds=5))
         assert reader.poll() == [] and not reader._assigned
+
+
+def test_on_apache_kafka_an_idle_reader_keeps_its_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Apache Kafka holds an empty fetch open: releasing partitions there would only add latency.
+    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NONE) as reader:
+        list(reader.read_to_end(deadline_seconds=5))
+        assert reader.poll() == [] and reader._assigned

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ipcount.config import Settings
+from ipcount.errors import ConfigError
 
 __all__ = ["register", "ORDER"]
 
@@ -25,6 +26,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="process everything in the source now, emit every window, then stop",
     )
+    p.add_argument(
+        "--close-all-windows",
+        action="store_true",
+        help="with --available-now: the input is finished, so emit every window, also those whose "
+        "end the data has not passed yet. Records that arrive later for those windows are late "
+        "(not counted). Without it a bounded run emits only the windows its data closed and the "
+        "next run continues where the data left event time: periodic runs lose nothing",
+    )
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     p.set_defaults(func=run)
 
@@ -32,4 +41,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.job.pipeline import run_job
 
-    return run_job(settings, available_now=args.available_now, timeout=args.timeout)
+    if args.close_all_windows and not args.available_now:
+        raise ConfigError("--close-all-windows needs --available-now (a bounded run)")
+    return run_job(
+        settings,
+        available_now=args.available_now,
+        timeout=args.timeout,
+        close_all_windows=args.close_all_windows,
+    )

@@ -99,6 +99,9 @@ class JobSettings:
     fail_on_data_loss: bool = True
     # Records longer than this are malformed (dead-lettered), never parsed.
     max_record_bytes: int = 8192
+    # Records stamped more than this ahead of their micro-batch's time (kept in the checkpoint)
+    # are not counted and do not move the watermark: a bad clock must not make later records late.
+    max_future_skew_seconds: float = 300.0
     # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
     dead_letter: bool = False
 
@@ -262,6 +265,8 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("sink", "retry_deadline_seconds", "must be positive")
     if not 0 < s.broker.port < 65536:
         fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
+    if s.job.max_future_skew_seconds <= 0:
+        fail("job", "max_future_skew_seconds", "must be positive")
     if s.broker.start_timeout_seconds <= 0:
         fail("broker", "start_timeout_seconds", "must be positive")
     if s.kafka.broker_quirks not in ("auto", "noida-db", "none"):

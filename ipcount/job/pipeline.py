@@ -57,11 +57,20 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-def source_options(settings: Settings, *, heartbeats: bool = True) -> dict[str, str]:
-    """Options for the `ipcount-kafka` source, from settings (the one place config maps to it)."""
+def source_options(
+    settings: Settings, *, heartbeats: bool = True, close_all_windows: bool = False
+) -> dict[str, str]:
+    """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
+
+    `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
+    time (see `ipcount run --close-all-windows`).
+    """
     job = settings.job
     opts = {
         "subscribe": settings.topics.source,
+        "eventTimeFormat": "nginx-combined",
+        "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
+        "availableNowFlush": "all" if close_all_windows else "data",
         "startingOffsets": job.starting_offsets,
         "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
         "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
@@ -91,14 +100,14 @@ def build_counts(parsed: Any, settings: Settings) -> Any:
     Heartbeat rows must reach `withWatermark`: a filter that drops them would be pushed below it
     (it does not reference the event-time column) and the watermark would never see them. So they
     are kept through the aggregation, counted as 0, and the zero-count groups dropped after it.
-    Malformed rows have no event time and are removed first: they never reach a window.
+    Malformed and future rows are removed first: they never reach a window or the watermark.
     """
     from pyspark.sql import functions as F
 
     window = f"{_ms(settings.job.window_seconds)} milliseconds"
     delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
     counted = (
-        parsed.where(~F.col("malformed"))
+        parsed.where(~F.col("malformed") & ~F.col("future"))
         .withWatermark("event_time", delay)
         .groupBy(F.window("event_time", window), F.col("ip"))
         .agg(F.sum(F.when(F.col("heartbeat"), 0).otherwise(1)).cast("long").alias("count"))
@@ -119,6 +128,7 @@ def _observe_quality(parsed: Any) -> Any:
         QUALITY_METRICS,
         F.count(F.when(real, 1)).alias("records"),
         F.count(F.when(F.col("malformed"), 1)).alias("malformed"),
+        F.count(F.when(F.col("future"), 1)).alias("future"),
         F.count(F.when(F.col("heartbeat"), 1)).alias("heartbeats"),
     )
 
@@ -154,16 +164,22 @@ def _trigger(writer: Any, settings: Settings, available_now: bool) -> Any:
 
 
 def start_job(
-    spark: Any, settings: Settings, *, available_now: bool = False, checked: bool = False
+    spark: Any,
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    checked: bool = False,
+    close_all_windows: bool = False,
 ) -> JobQueries:
     """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
-    `preflight` already passed."""
+    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window."""
     if not checked:
         preflight(settings)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id = checkpoint_query_id(spark, checkpoint)
-    source = spark.readStream.format("ipcount-kafka").options(**source_options(settings)).load()
-    parsed = _observe_quality(parse_access_records(source, settings.job.max_record_bytes))
+    opts = source_options(settings, close_all_windows=close_all_windows)
+    source = spark.readStream.format("ipcount-kafka").options(**opts).load()
+    parsed = _observe_quality(_parse(source, settings))
     counts = build_counts(parsed, settings)
     writer = (
         counts.writeStream.format("ipcount-kafka-txn")
@@ -189,8 +205,14 @@ def start_job(
     return queries
 
 
+def _parse(source: Any, settings: Settings) -> Any:
+    job = settings.job
+    return parse_access_records(source, job.max_record_bytes, _ms(job.max_future_skew_seconds))
+
+
 def _start_dead_letter(spark: Any, settings: Settings, checkpoint: str, available_now: bool) -> Any:
-    """Malformed records, raw, to topics.dead_letter: a stateless query with its own checkpoint."""
+    """Records not counted (malformed, future), raw, to topics.dead_letter with their reason in
+    the header `ipcount.reason`: a stateless query with its own checkpoint."""
     from pyspark.sql import functions as F
 
     query_id = checkpoint_query_id(spark, checkpoint)
@@ -199,9 +221,9 @@ def _start_dead_letter(spark: Any, settings: Settings, checkpoint: str, availabl
         .options(**source_options(settings, heartbeats=False))
         .load()
     )
-    bad = parse_access_records(source, settings.job.max_record_bytes).where(F.col("malformed"))
+    bad = _parse(source, settings).where(F.col("malformed") | F.col("future"))
     writer = (
-        bad.select("key", "value")
+        bad.select("key", "value", "reason")
         .writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
         .queryName(DEAD_LETTER_QUERY_NAME)
@@ -218,6 +240,7 @@ def run_job(
     available_now: bool = False,
     timeout: float | None = None,
     spark: Any = None,
+    close_all_windows: bool = False,
 ) -> int:
     """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails.
 
@@ -244,7 +267,13 @@ def run_job(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _request_stop)
-    queries = start_job(session, settings, available_now=available_now, checked=True)
+    queries = start_job(
+        session,
+        settings,
+        available_now=available_now,
+        checked=True,
+        close_all_windows=close_all_windows,
+    )
     deadline = None if timeout is None else time.monotonic() + timeout
     failed = False
     try:

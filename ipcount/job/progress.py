@@ -60,6 +60,7 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         "records": int(_num(observed.get("records"))),
         "malformed": int(_num(observed.get("malformed"))),
+        "future": int(_num(observed.get("future"))),
         "heartbeats": int(_num(observed.get("heartbeats"))),
         "late_rows": int(sum(_num(s.get("numRowsDroppedByWatermark")) for s in state)),
         "state_rows": int(sum(_num(s.get("numRowsTotal")) for s in state)),
@@ -90,7 +91,7 @@ class ProgressLogger(StreamingQueryListener):
         self.last = s
         self._log.info(
             "%s batch %s: in=%d rows (%.0f/s in, %.0f/s processed) records=%d malformed=%d "
-            "heartbeats=%d late_rows=%d out=%d watermark=%s state=%d rows "
+            "future=%d heartbeats=%d late_rows=%d out=%d watermark=%s state=%d rows "
             "batch=%dms sink+agg=%dms lag=%s",
             s["name"],
             s["batch"],
@@ -99,6 +100,7 @@ class ProgressLogger(StreamingQueryListener):
             s["process_rate"],
             s["records"],
             s["malformed"],
+            s["future"],
             s["heartbeats"],
             s["late_rows"],
             s["output_rows"],

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -52,6 +52,7 @@ class SinkRecord:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    headers: list[tuple[str, bytes]] | None = None
 
     @property
     def where(self) -> str:
@@ -238,6 +239,7 @@ class TopicReader:
                 m.key(),
                 m.value(),
                 m.timestamp()[1],
+                cast("list[tuple[str, bytes]] | None", m.headers()),
             )
             self._next[rec.partition] = rec.offset + 1
             out.append(rec)

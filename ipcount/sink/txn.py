@@ -217,8 +217,9 @@ class TxnSession:
     def _produce_all(self, producer: Any, records: Iterable[Record]) -> int:
         topic = self.config.topic
         count = 0
-        for key, value in records:
-            _produce(producer, topic, value, key)
+        for record in records:
+            headers = record[2] if len(record) > 2 else None  # type: ignore[misc]
+            _produce(producer, topic, record[1], record[0], headers)
             count += 1
         return count
 
@@ -358,10 +359,19 @@ def _is_fenced(exc: FatalKafkaError) -> bool:
     return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
 
 
-def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None) -> None:
+def _produce(
+    producer: Any,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+) -> None:
     while True:
         try:
-            producer.produce(topic, value, key)
+            if headers:
+                producer.produce(topic, value, key, headers=headers)
+            else:
+                producer.produce(topic, value, key)
             return
         except BufferError:
             # The local queue is full: let librdkafka send, then try again.

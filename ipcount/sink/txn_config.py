@@ -18,8 +18,9 @@ __all__ = [
     "run_started_ms",
 ]
 
-# One Kafka record: (key, value).
-Record = tuple[bytes | None, bytes | None]
+# One Kafka record: (key, value), or (key, value, headers).
+Headers = list[tuple[str, bytes]]
+Record = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Headers | None]
 
 
 def default_transactional_id(query_id: str) -> str:

@@ -23,7 +23,7 @@ from ipcount.config import Settings
 from ipcount.errors import ConfigError, SchemaError
 from ipcount.formats.avro import WIRE_FORMATS, make_codec
 from ipcount.sink.txn import abort_open_transaction, session_for
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id, new_run_id
+from ipcount.sink.txn_config import Record, TxnConfig, default_transactional_id, new_run_id
 from ipcount.worker_gc import freeze_long_lived
 
 __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]
@@ -40,6 +40,9 @@ _RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "key": (BinaryType, StringType),
     "value": (BinaryType, StringType),
 }
+# Raw mode may carry why a record is there (the dead letters): it becomes this Kafka header.
+_RAW_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {"reason": (StringType,)}
+REASON_HEADER = "ipcount.reason"
 # Arrow timestamp unit -> divisor to epoch milliseconds (Avro timestamp-millis).
 _TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
 
@@ -104,6 +107,8 @@ class KafkaTxnCommitMessage(WriterCommitMessage):
     partition_id: int
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
+    # Raw mode with a reason column: one per record (else empty).
+    reasons: list[str | None] = field(default_factory=list)
 
 
 class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
@@ -167,7 +172,10 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             ),
         )
         self.columns = _check_schema(
-            schema, _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS, self.mode
+            schema,
+            _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS,
+            self.mode,
+            {} if self.mode == "counts" else _RAW_OPTIONAL,
         )
 
     def write(self, iterator: Iterator[Any]) -> KafkaTxnCommitMessage:
@@ -181,6 +189,8 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             for batch in iterator:
                 message.keys.extend(_bytes_column(batch.column("key")))
                 message.values.extend(_bytes_column(batch.column("value")))
+                if "reason" in self.columns:
+                    message.reasons.extend(batch.column("reason").to_pylist())
             return message
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
         encode, keys, values = codec.encode, message.keys, message.values
@@ -199,10 +209,10 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Write the batch in one transaction with its progress marker. Runs on the driver."""
         records = (
-            (k, v)
+            record
             for m in messages
             if isinstance(m, KafkaTxnCommitMessage)
-            for k, v in zip(m.keys, m.values, strict=True)
+            for record in _records(m)
         )
         session_for(self.config).commit_batch(batchId, records)
 
@@ -240,11 +250,23 @@ def _number(opts: Mapping[str, str], name: str, kind: type, default: Any) -> Any
         ) from None
 
 
+def _records(m: KafkaTxnCommitMessage) -> Iterator[Record]:
+    if not m.reasons:
+        yield from zip(m.keys, m.values, strict=True)
+        return
+    for k, v, why in zip(m.keys, m.values, m.reasons, strict=True):
+        yield (k, v, [(REASON_HEADER, why.encode())] if why else None)
+
+
 def _check_schema(
-    schema: StructType, wanted: Mapping[str, tuple[type[DataType], ...]], mode: str
+    schema: StructType,
+    required: Mapping[str, tuple[type[DataType], ...]],
+    mode: str,
+    optional: Mapping[str, tuple[type[DataType], ...]] | None = None,
 ) -> list[str]:
     got = {f.name: f.dataType for f in schema.fields}
-    problems = [f"missing column {name}" for name in wanted if name not in got]
+    wanted = {**required, **{k: v for k, v in (optional or {}).items() if k in got}}
+    problems = [f"missing column {name}" for name in required if name not in got]
     problems += [
         f"column {name} is {got[name].simpleString()}, expected "
         + " or ".join(t().simpleString() for t in types)

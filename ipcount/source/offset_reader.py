@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ipcount.errors import SourceError
+from ipcount.formats.accesslog import ParseError, parse_record
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
 from ipcount.source.offsets import TopicPartitionKey
@@ -22,7 +23,7 @@ __all__ = ["KafkaOffsetReader"]
 logger = logging.getLogger(__name__)
 
 # Driver tail reads look at the last N offsets per partition first, widening N by x16 when the
-# window holds no data record (only control or aborted records).
+# window holds no trusted record (only control, aborted, malformed or future records).
 _TAIL_WINDOW = 16
 _TAIL_ATTEMPTS = 4
 _TAIL_TIMEOUT_S = 10.0
@@ -32,6 +33,8 @@ _RETRIABLE_METADATA = {
     KafkaError._TRANSPORT,
     KafkaError._TIMED_OUT,
     KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
 }
 
 
@@ -47,6 +50,7 @@ class KafkaOffsetReader:
         self._options = options
         self._consumer: Consumer | None = None
         self._admin: AdminClient | None = None
+        self._newest_allowed: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options, "_consumer": None, "_admin": None}
@@ -127,72 +131,71 @@ class KafkaOffsetReader:
         """
         if not partitions:
             return {}
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        while True:
+            try:
+                return self._list_offsets(partitions, which, read_committed)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                # A restarted or re-elected leader answers with a newer leader epoch
+                # (FENCED_LEADER_EPOCH, NOT_LEADER...) until the client refreshes its metadata.
+                retriable = isinstance(err, KafkaError) and (
+                    err.retriable() or err.code() in _RETRIABLE_METADATA
+                )
+                if not retriable or time.monotonic() >= deadline:
+                    raise SourceError(
+                        f"cannot look up the {which} offsets of "
+                        f"{', '.join(f'{t}/{p}' for t, p in partitions)}: "
+                        f"{describe_kafka_error(exc)}"
+                    ) from exc
+                logger.info("looking up %s offsets: %s; retrying", which, describe_kafka_error(exc))
+                time.sleep(0.2)
+
+    def _list_offsets(
+        self, partitions: list[TopicPartitionKey], which: str, read_committed: bool | None
+    ) -> dict[TopicPartitionKey, int]:
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         committed = self._options.read_committed if read_committed is None else read_committed
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(t, p): spec for t, p in partitions}
-        try:
-            futures = self._get_admin().list_offsets(
-                request, isolation_level=isolation, request_timeout=DRIVER_TIMEOUT_S
-            )
-        except KafkaException as exc:
-            raise SourceError(
-                f"cannot look up {which} offsets: {describe_kafka_error(exc)}"
-            ) from exc
-        result: dict[TopicPartitionKey, int] = {}
-        for tp, fut in futures.items():
-            try:
-                result[(tp.topic, tp.partition)] = int(
-                    fut.result(timeout=DRIVER_TIMEOUT_S + 5).offset
-                )
-            except KafkaException as exc:
-                raise SourceError(
-                    f"cannot look up the {which} offset of {tp.topic}/{tp.partition}: "
-                    f"{describe_kafka_error(exc)}"
-                ) from exc
-        return result
-
-    def max_timestamps(self, ends: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
-        """Each partition's largest record timestamp, where that record lies before its end.
-
-        ListOffsets with MAX_TIMESTAMP (KIP-734, Kafka 3.0+) names the record with the largest
-        timestamp in the whole partition. When that record is below `ends` it is also the largest
-        among the records read so far: exact even for out-of-order event times. Partitions where it
-        lies beyond `ends`, or brokers that do not support the lookup, are left out.
-        """
-        request = {
-            TopicPartition(t, p): OffsetSpec.max_timestamp() for (t, p), e in ends.items() if e > 0
+        futures = self._get_admin().list_offsets(
+            request, isolation_level=isolation, request_timeout=DRIVER_TIMEOUT_S
+        )
+        return {
+            (tp.topic, tp.partition): int(fut.result(timeout=DRIVER_TIMEOUT_S + 5).offset)
+            for tp, fut in futures.items()
         }
-        if not request:
-            return {}
-        out: dict[TopicPartitionKey, int] = {}
-        try:
-            futures = self._get_admin().list_offsets(request, request_timeout=DRIVER_TIMEOUT_S)
-            for tp, fut in futures.items():
-                info = fut.result(timeout=DRIVER_TIMEOUT_S + 5)
-                key = (tp.topic, tp.partition)
-                if 0 <= info.offset < ends[key] and info.timestamp >= 0:
-                    out[key] = int(info.timestamp)
-        except KafkaException as exc:
-            logger.debug(
-                "MAX_TIMESTAMP lookup failed, scanning tails: %s", describe_kafka_error(exc)
-            )
-            return {}
-        return out
 
-    def latest_event_ms(self, ends: Mapping[TopicPartitionKey, int]) -> int | None:
-        """The largest record timestamp (epoch ms) among the records before `ends`, or None.
+    def latest_event_ms(
+        self, ends: Mapping[TopicPartitionKey, int], now_ms: int | None = None
+    ) -> int | None:
+        """The newest trusted event time (epoch ms) among the records before `ends`, or None.
 
-        Uses the broker's MAX_TIMESTAMP lookup where it answers for the range read; otherwise reads
-        a small window before each end offset (the last records: a lower bound when event times
-        arrive out of order), widening it while it holds only control or aborted records. Used for
-        heartbeat event times when the source is idle.
+        A record's event time is its Kafka timestamp, or with eventTimeFormat=nginx-combined its
+        $time_local if the line is valid (the rule the job counts by). Event times more than
+        maxFutureSkewMs past `now_ms` are not trusted: a bad clock must not become the heartbeats'
+        base. Per partition, the record the broker names for MAX_TIMESTAMP (KIP-734) is read and
+        checked first: when it lies before the end and is trusted, it is the partition's newest
+        event even out of order. Otherwise (a malformed, future or aborted record, or a broker
+        without the lookup) the last records before the end are read, widening the window while it
+        holds no trusted record: a lower bound when event times arrive out of order.
         """
-        exact = self.max_timestamps(ends)
-        best: int | None = max(exact.values()) if exact else None
-        pending = {tp: end for tp, end in ends.items() if end > 0 and tp not in exact}
-        window = _TAIL_WINDOW
+        best: int | None = None
+        skew = self._options.max_future_skew_ms
+        self._newest_allowed = now_ms + skew if skew > 0 and now_ms is not None else None
+        pending = {tp: end for tp, end in ends.items() if end > 0}
         consumer = self._get_consumer()
+        candidates = self.max_timestamp_offsets(pending)
+        if candidates:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in candidates.items()])
+            try:
+                found = self._drain_tail(consumer, {tp: o + 1 for tp, o in candidates.items()})
+            finally:
+                consumer.unassign()
+            for tp, ts in found.items():
+                best = ts if best is None else max(best, ts)
+                pending.pop(tp, None)
+        window = _TAIL_WINDOW
         for _ in range(_TAIL_ATTEMPTS):
             if not pending:
                 break
@@ -209,6 +212,44 @@ class KafkaOffsetReader:
             pending = {tp: e for tp, e in pending.items() if tp not in found and starts[tp] > 0}
             window *= 16
         return best
+
+    def max_timestamp_offsets(
+        self, ends: Mapping[TopicPartitionKey, int]
+    ) -> dict[TopicPartitionKey, int]:
+        """Per partition, the offset of its record with the largest timestamp, where that record
+        lies before `ends` (ListOffsets MAX_TIMESTAMP, Kafka 3.0+); brokers or partitions that do
+        not answer are left out. The record still has to be read and trusted."""
+        request = {TopicPartition(t, p): OffsetSpec.max_timestamp() for (t, p) in ends}
+        if not request:
+            return {}
+        out: dict[TopicPartitionKey, int] = {}
+        try:
+            futures = self._get_admin().list_offsets(request, request_timeout=DRIVER_TIMEOUT_S)
+            for tp, fut in futures.items():
+                info = fut.result(timeout=DRIVER_TIMEOUT_S + 5)
+                key = (tp.topic, tp.partition)
+                if 0 <= info.offset < ends[key]:
+                    out[key] = int(info.offset)
+        except KafkaException as exc:
+            logger.debug("MAX_TIMESTAMP lookup failed: %s", describe_kafka_error(exc))
+            return {}
+        return out
+
+    def _event_ms(self, msg: Any) -> int | None:
+        """A record's trusted event time, or None (malformed, no timestamp, or too far ahead)."""
+        if self._options.event_time_format == "nginx-combined":
+            try:
+                ts: int | None = parse_record(msg.value() or b"").event_ms
+            except ParseError:
+                return None
+        else:
+            ts_type, ts = msg.timestamp()
+            if ts_type == 0:
+                return None
+        limit = self._newest_allowed
+        if ts is not None and limit is not None and ts > limit:
+            return None
+        return ts
 
     def _drain_tail(
         self, consumer: Consumer, ends: Mapping[TopicPartitionKey, int]
@@ -227,8 +268,10 @@ class KafkaOffsetReader:
                         f"{describe_kafka_error(err)}"
                     )
                 tp = (cast(str, msg.topic()), cast(int, msg.partition()))
-                ts_type, ts = msg.timestamp()
-                if offset_of(msg) < ends[tp] and ts_type != 0:
+                if offset_of(msg) >= ends[tp]:
+                    continue
+                ts = self._event_ms(msg)
+                if ts is not None:
                     found[tp] = max(found.get(tp, ts), ts)
             positions = consumer.position(tps)
             if all(pos.offset >= ends[(pos.topic, pos.partition)] for pos in positions):

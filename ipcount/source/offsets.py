@@ -260,6 +260,8 @@ def next_heartbeat(
 def flush_heartbeat(prev: Heartbeat | None, base: int, max_advance_ms: int) -> Heartbeat | None:
     """The final heartbeats of a Trigger.AvailableNow run, or None once both were sent.
 
+    `max_advance_ms` 0 ends the run at the newest event time `base` (the watermark moves no further
+    than the data moved it); heartbeatMaxAdvanceMs closes every window.
     Two are needed. The first, at base + max_advance_ms, moves the watermark (the source attaches
     it to the batch that reads the run's last records), but Spark applies a new watermark only
     from the next batch on and AvailableNow runs no extra no-data batch for it. The second, 1 ms

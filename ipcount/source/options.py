@@ -27,7 +27,16 @@ _KNOWN = {
     "heartbeatmaxadvancems",
     "heartbeatintervalms",
     "brokerquirks",
+    "eventtimeformat",
+    "maxfutureskewms",
+    "availablenowflush",
 }
+# How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
+# $time_local of valid nginx combined-format lines (what the ipcount job counts).
+EVENT_TIME_FORMATS = ("kafka-timestamp", "nginx-combined")
+# Where Trigger.AvailableNow leaves event time at the end: at the newest record ("data": the windows
+# the data closed are emitted, later runs lose nothing) or past every window ("all").
+FLUSH_MODES = ("data", "all")
 # Spark Kafka options this source does not implement: fail instead of silently ignoring them.
 _UNSUPPORTED = {
     "assign",
@@ -77,6 +86,11 @@ class SourceOptions:
     heartbeat_interval_ms: int = 1_000
     # BrokerQuirks name: "noida-db" or "none" (the pipeline asks the broker; see kafka.quirks).
     broker_quirks: str = "none"
+    event_time_format: str = "kafka-timestamp"
+    # Event times more than this ahead of the planning clock never become a heartbeat base (0: no
+    # bound).
+    max_future_skew_ms: int = 0
+    available_now_flush: str = "data"
 
     @property
     def heartbeats(self) -> bool:
@@ -187,4 +201,14 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         heartbeat_interval_ms=_int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 1_000, 0)
         or 0,
         broker_quirks=quirks_named(opts.get("brokerquirks", "none")).name,
+        event_time_format=_choice(opts, "eventtimeformat", "eventTimeFormat", EVENT_TIME_FORMATS),
+        max_future_skew_ms=_int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0,
+        available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
     )
+
+
+def _choice(options: Mapping[str, str], key: str, name: str, allowed: tuple[str, ...]) -> str:
+    value = options.get(key, allowed[0]).strip().lower()
+    if value not in allowed:
+        raise ConfigError(f"option {name}={options[key]!r} must be one of {', '.join(allowed)}")
+    return value

@@ -5,17 +5,24 @@ partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime
 heartbeat boolean. A heartbeat row (heartbeat=true; key/value null; partition, offset and
 timestampType -1) carries only an event time in `timestamp`, so a watermark can advance when input
 stops. With idleTimeoutMs > 0, once the source is caught up and no record arrived for idleTimeoutMs,
-each trigger may end its batch with one heartbeat at (latest record timestamp + idle wall-clock
-time), at most heartbeatMaxAdvanceMs past that record time and at least heartbeatIntervalMs
-after the previous heartbeat; Trigger.AvailableNow ends with flush heartbeats at the cap (the
-first rides on the batch that reads the last records, the second is a batch of its own).
+each trigger may end its batch with one heartbeat at (newest trusted event time + idle wall-clock
+time), at most heartbeatMaxAdvanceMs past that event time and at least heartbeatIntervalMs
+after the previous heartbeat. The newest trusted event time comes from the last records read
+(eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx lines), never more than
+maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with two flush heartbeats
+(the first rides on the batch that reads the last records, the second is a batch of its own):
+availableNowFlush=data puts them at that newest event time, so Spark emits the windows the data
+closed and the checkpoint's watermark stays where the data put it; =all puts them at the cap,
+closing every window (later records of those windows are then late).
 Real records stop heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
 maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
 kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
-heartbeatIntervalMs (1000), and kafka.* passed to librdkafka (kafka.bootstrap.servers required;
-kafka.isolation.level defaults to read_committed). Lag per partition is reported through
+heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs
+(0 = no bound), availableNowFlush (data | all), brokerQuirks (none | noida-db), and kafka.*
+passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
+read_committed). Lag per partition is reported through
 reportLatestOffset (the Python API has no source-metrics hook).
 """
 
@@ -219,7 +226,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         base = prev.base if prev is not None else self._latest_event_ms(tail)
         if base is None:
             return None
-        return flush_heartbeat(prev, base, self.options.heartbeat_max_advance_ms)
+        # "data": end at the newest event time, so later runs lose nothing; "all": past every
+        # window (the input is finished: the user's explicit choice).
+        advance = self.options.heartbeat_max_advance_ms
+        return flush_heartbeat(
+            prev, base, advance if self.options.available_now_flush == "all" else 0
+        )
 
     def _heartbeat(
         self, begin: SourceOffset, latest: dict[TopicPartitionKey, int]
@@ -252,7 +264,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest_event_ms(self, offsets: dict[TopicPartitionKey, int]) -> int | None:
         key = tuple(sorted(offsets.items()))
         if self._base_cache is None or self._base_cache[0] != key:
-            self._base_cache = (key, self._offsets.latest_event_ms(offsets))
+            # The planning clock bounds the base (future skew); the base is then kept in the offset,
+            # so a replayed batch reuses it and never reads the clock again.
+            now_ms = int(time.time() * 1000)
+            self._base_cache = (key, self._offsets.latest_event_ms(offsets, now_ms))
         return self._base_cache[1]
 
     def _check_data_loss(

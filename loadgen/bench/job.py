@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--spark-conf", action="append", default=[])
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--close-all-windows", action="store_true")
     parser.add_argument("--timeout", type=float)
     args = parser.parse_args(argv)
 
@@ -93,7 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 1
     try:
         status = run_job(
-            settings, available_now=args.available_now, timeout=args.timeout, spark=session
+            settings,
+            available_now=args.available_now,
+            timeout=args.timeout,
+            spark=session,
+            close_all_windows=args.close_all_windows,
         )
     finally:
         run_ended = time.time()

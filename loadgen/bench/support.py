@@ -239,7 +239,8 @@ def start_job_child(
     for key, value in (spark_conf or {}).items():
         cmd += ["--spark-conf", f"{key}={value}"]
     if available_now:
-        cmd.append("--available-now")
+        # A benchmark's input is finished: every window is emitted and verified.
+        cmd += ["--available-now", "--close-all-windows"]
     if timeout is not None:
         cmd += ["--timeout", str(timeout)]
     log = result_path.with_suffix(".log")

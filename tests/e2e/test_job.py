@@ -190,12 +190,12 @@ def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
     produce_round(0, 3_000)
     first = _run_cli(settings, "run", "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
-    # --available-now closes every window up to the end, so later records must be later in event time.
+    # A bounded run emits the windows its data closed and leaves the rest open for the next run.
     produce_round(60_000, 3_000)
     second = _run_cli(settings, "run", "--available-now")
     assert second.returncode == 0, second.stderr[-3000:]
-    # A third run with nothing new commits nothing new.
-    third = _run_cli(settings, "run", "--available-now")
+    # A third run with nothing new, told the input is finished, closes the windows left open.
+    third = _run_cli(settings, "run", "--available-now", "--close-all-windows")
     assert third.returncode == 0, third.stderr[-3000:]
     ledger.save(tmp_path / "ledger.jsonl")
     verify = _run_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120)

@@ -264,3 +264,40 @@ def test_heartbeat_base_is_the_newest_event_even_out_of_order(bootstrap: str) ->
         assert offsets.latest_event_ms({(topic, 0): 1, (topic, 1): 0}) == BASE_MS + 1_000
     finally:
         offsets.close()
+
+
+def test_heartbeat_base_is_a_counted_event_time_not_a_bogus_timestamp(bootstrap: str) -> None:
+    """The idle heartbeat starts from the newest event time the job would count: a malformed
+    record, a line stamped far in the future, or a producer's future Kafka timestamp cannot
+    drag the watermark ahead (they would make every later on-time record late, for ever)."""
+    from ipcount.formats.accesslog import format_record
+    from ipcount.source.offset_reader import KafkaOffsetReader
+    from ipcount.source.options import parse_options
+
+    topic = _topic(bootstrap, 1)
+    now = int(time.time() * 1000)
+    on_time = now - 60_000
+    producer = Producer(with_client_logging({"bootstrap.servers": bootstrap}))
+    producer.produce(topic, value=format_record("10.0.0.1", on_time).encode(), timestamp=on_time)
+    # Valid line, on time, but its producer's clock is 40 minutes ahead.
+    producer.produce(
+        topic, value=format_record("10.0.0.2", on_time).encode(), timestamp=now + 2_400_000
+    )
+    producer.produce(topic, value=b"not an access record", timestamp=now + 3_000_000)
+    future = 4_070_908_800_000  # 2099-01-01
+    producer.produce(topic, value=format_record("10.0.0.3", future).encode(), timestamp=now)
+    assert producer.flush(30) == 0
+    offsets = KafkaOffsetReader(
+        parse_options(
+            {
+                "kafka.bootstrap.servers": bootstrap,
+                "subscribe": topic,
+                "eventTimeFormat": "nginx-combined",
+                "maxFutureSkewMs": "300000",
+            }
+        )
+    )
+    try:
+        assert offsets.latest_event_ms({(topic, 0): 4}, now_ms=now) == on_time // 1000 * 1000
+    finally:
+        offsets.close()

@@ -253,9 +253,22 @@ def test_heartbeats_flush_replay_idle_advance_and_stop(
         "heartbeatMaxAdvanceMs": "4000",
     }
 
-    # Trigger.AvailableNow: the data batch also carries the flush heartbeat at last event + max
-    # advance; then one more heartbeat (1 ms later), so that Spark runs a batch with the watermark
-    # the flush moved. No batch of its own for the first flush: that would cost a micro-batch.
+    # Trigger.AvailableNow, by default: the run ends at its newest event time. The data batch
+    # carries a flush heartbeat at the last event, and one more batch (1 ms later) lets Spark
+    # apply the watermark the data moved: the windows the data closed are emitted, nothing more.
+    data_mode = Collector()
+    _run_available_now(_stream(spark, options), tmp_path / "data-mode", data_mode)
+    assert sorted(data_mode.batches) == [0, 1]
+    assert [int(r[5].timestamp() * 1000) for r in data_mode.rows() if r[7]] == [
+        last_event,
+        last_event + 1,
+    ]
+
+    # availableNowFlush=all (`ipcount run --close-all-windows`): the flush heartbeat is at last
+    # event + max advance; then one more heartbeat (1 ms later), so that Spark runs a batch with
+    # the watermark the flush moved. No batch of its own for the first flush: that would cost a
+    # micro-batch.
+    options = {**options, "availableNowFlush": "all"}
     checkpoint = tmp_path / "once"
     sink = Collector()
     _run_available_now(_stream(spark, options), checkpoint, sink)

@@ -39,6 +39,9 @@ class _Msg:
     def timestamp(self) -> tuple[int, int]:
         return (1, 1_000)
 
+    def headers(self) -> None:
+        return None
+
 
 class _SlowFetchConsumer:
     """One partition holding END records, whose fetch needs `polls` consume() calls of continuous

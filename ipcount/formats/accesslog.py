@@ -1,11 +1,20 @@
 """The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests).
 
-The regular expressions are plain Java/Python-compatible syntax, so the Spark job evaluates the very
-same patterns JVM-side (`regexp_extract`) that the Python parser uses here.
+The regular expressions are written in the subset where java.util.regex and Python's `re` agree
+(explicit ASCII classes instead of \\S and \\d, which Python widens to Unicode; `[\\s\\S]` instead
+of `.`, whose line terminators differ; an absolute end `(?![\\s\\S])` instead of `$`, which both
+let match before a final newline), so the Spark job evaluates the very same patterns JVM-side
+(`regexp_extract`) that the Python parser uses here, and both accept the same lines. A property test
+(tests/integration/job/test_parse_parity.py) runs both over generated hostile lines.
+
+`$time_local` is strict: `dd/Mon/yyyy:HH:mm:ss +hhmm` exactly as nginx writes it (English month
+abbreviation with a capital, year 1000-9999, a real calendar date, 00-23 hours, no leap second, a
+zone offset within Java's ±18:00). Client IPs are canonical (`canonical_ip`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
@@ -16,6 +25,7 @@ __all__ = [
     "IPV6_PATTERN",
     "IP_PATTERN",
     "TIME_FORMAT_SPARK",
+    "TIME_PATTERN",
     "GROUP_IP",
     "GROUP_TIME",
     "AccessRecord",
@@ -23,6 +33,7 @@ __all__ = [
     "format_time_local",
     "parse_record",
     "parse_time_local",
+    "canonical_ip",
     "ParseError",
 ]
 
@@ -32,15 +43,19 @@ __all__ = [
 # escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, but
 # java.util.regex matches it ~2.5x faster (it recurses per character through an alternation), which
 # was most of the job's JVM parse time.
-_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
+_QUOTED = r'"([^"\\]*(?:\\[\s\S][^"\\]*)*)"'
+# A run of non-space characters, as Java's ASCII \S+ means it (Python's \S excludes Unicode spaces).
+_FIELD = r"[^ \t\n\x0B\f\r]+"
+# $time_local exactly as nginx writes it: 26 characters, e.g. 22/Nov/2026:09:57:08 +0000.
+TIME_PATTERN = r"[0-9]{2}/[A-Z][a-z]{2}/[1-9][0-9]{3}:[0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}"
 LINE_PATTERN = (
-    r"^(\S+) \S+ (\S+) \[([^\]]+)\] "
+    rf"^({_FIELD}) {_FIELD} ({_FIELD}) \[({TIME_PATTERN})\] "
     + _QUOTED
-    + r" (\d{3}) (\d+|-) "
+    + r" ([0-9]{3}) ([0-9]+|-) "
     + _QUOTED
     + " "
     + _QUOTED
-    + "$"
+    + r"(?![\s\S])"
 )
 GROUP_IP = 1
 GROUP_TIME = 3
@@ -60,18 +75,21 @@ IPV6_PATTERN = (
     rf"|{_H}:(?::{_H}){{1,6}}"
     rf"|:(?:(?::{_H}){{1,7}}|:)"
     rf"|(?:{_H}:){{6}}{IPV4_PATTERN}"
-    rf"|::(?:ffff(?::0{{1,4}})?:)?{IPV4_PATTERN}"
+    rf"|::(?:[fF]{{4}}(?::0{{1,4}})?:)?{IPV4_PATTERN}"
     r")"
 )
 IP_PATTERN = rf"^(?:{IPV4_PATTERN}|{IPV6_PATTERN})$"
 
 # Spark (java.time) pattern for $time_local, e.g. 22/Nov/2026:09:57:08 +0000.
 TIME_FORMAT_SPARK = "dd/MMM/yyyy:HH:mm:ss Z"
-_TIME_FORMAT_PY = "%d/%b/%Y:%H:%M:%S %z"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTH_NUMBER = {name: i + 1 for i, name in enumerate(_MONTHS)}
+# java.time.ZoneOffset's range, which Spark's parser enforces.
+_MAX_OFFSET_MINUTES = 18 * 60
 
 _LINE_RE = re.compile(LINE_PATTERN)
 _IP_RE = re.compile(IP_PATTERN)
+_TIME_RE = re.compile(TIME_PATTERN)
 
 
 class ParseError(ValueError):
@@ -140,15 +158,53 @@ def format_record(
 
 
 def parse_time_local(text: str) -> datetime:
-    """Parse $time_local (with its zone offset) to an aware datetime in UTC.
+    """Parse $time_local (with its zone offset) to an aware datetime in UTC, by the rules Spark's
+    `to_timestamp(..., 'dd/MMM/yyyy:HH:mm:ss Z')` applies to text matching TIME_PATTERN.
 
     Raises:
-        ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm.
+        ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm, or not a real time.
     """
+    if len(text) != 26 or not _TIME_RE.match(text):
+        raise ParseError(f"bad time_local {text!r}: not dd/Mon/yyyy:HH:mm:ss +hhmm")
+    month = _MONTH_NUMBER.get(text[3:6])
+    hh, mm = int(text[22:24]), int(text[24:26])
+    offset = (hh * 60 + mm) * (-1 if text[21] == "-" else 1)
+    if month is None or mm >= 60 or abs(offset) > _MAX_OFFSET_MINUTES:
+        raise ParseError(f"bad time_local {text!r}: unknown month or zone offset")
     try:
-        return datetime.strptime(text, _TIME_FORMAT_PY).astimezone(UTC)
+        local = datetime(
+            int(text[7:11]),
+            month,
+            int(text[0:2]),
+            int(text[12:14]),
+            int(text[15:17]),
+            int(text[18:20]),
+            tzinfo=timezone(timedelta(minutes=offset)),
+        )
     except ValueError as exc:
         raise ParseError(f"bad time_local {text!r}: {exc}") from None
+    return local.astimezone(UTC)
+
+
+def canonical_ip(ip: str) -> str:
+    """The one spelling of a client IP that ipcount counts under: IPv4 as written (the pattern
+    admits no leading zeros); an IPv4-mapped IPv6 address (::ffff:a.b.c.d, in any spelling) as its
+    IPv4 address; any other IPv6 address in RFC 5952 form (lower case, leading zeros dropped, the
+    first longest run of two or more zero groups as ::, no dotted quad).
+
+    Raises:
+        ParseError: not an address IP_PATTERN admits.
+    """
+    if ":" not in ip:
+        if not _IP_RE.match(ip):
+            raise ParseError(f"bad client IP {ip!r}")
+        return ip
+    try:
+        v6 = ipaddress.IPv6Address(ip)
+    except ValueError:
+        raise ParseError(f"bad client IP {ip!r}") from None
+    mapped = v6.ipv4_mapped
+    return str(mapped) if mapped is not None else v6.compressed
 
 
 def parse_record(line: str | bytes) -> AccessRecord:
@@ -169,7 +225,7 @@ def parse_record(line: str | bytes) -> AccessRecord:
     if not _IP_RE.match(ip):
         raise ParseError(f"bad client IP {ip!r}")
     return AccessRecord(
-        ip=ip.lower(),
+        ip=canonical_ip(ip),
         event_time=parse_time_local(m.group(GROUP_TIME)),
         request=m.group(4),
         status=int(m.group(5)),

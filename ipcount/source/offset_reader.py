@@ -185,6 +185,7 @@ class KafkaOffsetReader:
         self._newest_allowed = now_ms + skew if skew > 0 and now_ms is not None else None
         pending = {tp: end for tp, end in ends.items() if end > 0}
         consumer = self._get_consumer()
+        found: dict[TopicPartitionKey, int] = {}
         candidates = self.max_timestamp_offsets(pending)
         if candidates:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in candidates.items()])
@@ -194,7 +195,10 @@ class KafkaOffsetReader:
                 consumer.unassign()
             for tp, ts in found.items():
                 best = ts if best is None else max(best, ts)
-                pending.pop(tp, None)
+        # The last records too: the MAX_TIMESTAMP record is the newest by Kafka timestamp, which
+        # a producer may set apart from the event time. Partitions whose candidate was trusted
+        # need no wider window than the first.
+        have_candidate = set(found) if candidates else set()
         window = _TAIL_WINDOW
         for _ in range(_TAIL_ATTEMPTS):
             if not pending:
@@ -208,8 +212,13 @@ class KafkaOffsetReader:
                 consumer.unassign()
             for tp, ts in found.items():
                 best = ts if best is None else max(best, ts)
-            # Done with partitions that had a data record, or whose whole log was scanned.
-            pending = {tp: e for tp, e in pending.items() if tp not in found and starts[tp] > 0}
+            # Done with partitions that had a trusted record (here or as their MAX_TIMESTAMP
+            # candidate), or whose whole log was scanned.
+            pending = {
+                tp: e
+                for tp, e in pending.items()
+                if tp not in found and tp not in have_candidate and starts[tp] > 0
+            }
             window *= 16
         return best
 

@@ -226,12 +226,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         base = prev.base if prev is not None else self._latest_event_ms(tail)
         if base is None:
             return None
-        # "data": end at the newest event time, so later runs lose nothing; "all": past every
-        # window (the input is finished: the user's explicit choice).
-        advance = self.options.heartbeat_max_advance_ms
-        return flush_heartbeat(
-            prev, base, advance if self.options.available_now_flush == "all" else 0
-        )
+        if self.options.available_now_flush == "data":
+            # End at the newest event time: later runs lose nothing.
+            return flush_heartbeat(prev, base, 0)
+        # "all": past every window (the input is finished: the user's explicit choice). With a
+        # future-skew bound, no counted record is later than the planning clock + that bound, so
+        # event time moves past that too: a base that is only a lower bound (out-of-order tails)
+        # cannot leave a window open. The clock is read once: the heartbeat lives in the offset.
+        advance, skew = self.options.heartbeat_max_advance_ms, self.options.max_future_skew_ms
+        closing = prev is not None and prev.ts >= prev.base + advance  # the first was sent
+        if skew > 0 and not closing:
+            base = max(base, int(time.time() * 1000) + skew)
+        return flush_heartbeat(prev, base, advance)
 
     def _heartbeat(
         self, begin: SourceOffset, latest: dict[TopicPartitionKey, int]

@@ -85,7 +85,7 @@ def compare(
             report.wrong += 1
             report.note(f"undecodable {where}")
             continue
-        key = (rec.window_start, rec.ip.lower())
+        key = (rec.window_start, rec.ip)
         seen[key] += 1
         if seen[key] > 1:
             report.duplicates += 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ipcount.errors import ConfigError
+from ipcount.formats.accesslog import canonical_ip
 
 __all__ = ["Ledger", "window_start_ms"]
 
@@ -46,11 +47,11 @@ class Ledger:
 
     def add(self, event_ms: int, ip: str, n: int = 1) -> None:
         """Record n on-time records of `ip` at `event_ms`."""
-        self.counts[(window_start_ms(event_ms, self.window_ms), ip.lower())] += n
+        self.counts[(window_start_ms(event_ms, self.window_ms), canonical_ip(ip))] += n
 
     def add_late(self, event_ms: int, ip: str, n: int = 1) -> None:
         """Record n records of `ip` produced deliberately behind the watermark at `event_ms`."""
-        self.late_counts[(window_start_ms(event_ms, self.window_ms), ip.lower())] += n
+        self.late_counts[(window_start_ms(event_ms, self.window_ms), canonical_ip(ip))] += n
 
     def add_malformed(self, n: int = 1) -> None:
         """Record n malformed records (never counted in any window)."""

@@ -27,7 +27,10 @@ from ipcount.verify.ledger import Ledger
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_795_341_600_000  # a multiple of 5000: window starts are T0 + k * 5000
 A, B, C, D, E = "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"
-V6 = "2001:DB8::1"
+# Non-canonical spellings: counted under their canonical IP (RFC 5952; IPv4-mapped -> IPv4).
+V6 = "2001:DB8:0:0::1"
+V6_CANONICAL = "2001:db8::1"
+MAPPED_C = "::FFFF:10.0.0.3"
 
 
 def _produce(settings: Settings, rows: list[tuple[int, str | bytes, int]]) -> None:
@@ -88,6 +91,7 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
             (1, format_record("999.1.1.1", T0).encode(), 2_000),
             (1, b"\xff\xfe" + format_record(B, T0).encode(), 2_000),
             (2, C, 3_000),
+            (2, MAPPED_C, 3_500),
         ],
     )
     queries = start_job(spark, settings)
@@ -115,8 +119,8 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
             (0, A.lower(), 2): 1,
             (5_000, A, 1): 1,
             (0, B, 3): 1,
-            (0, V6.lower(), 1): 1,
-            (0, C, 1): 1,
+            (0, V6_CANONICAL, 1): 1,
+            (0, C, 2): 1,
             (5_000, D, 1): 1,
             (10_000, A, 1): 1,
             (30_000, A, 1): 1,
@@ -135,7 +139,7 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
         assert flush_seconds < 45, flush_seconds
         assert sum(p["malformed"] for p in progress) == 3
         assert sum(p["late_rows"] for p in progress) >= 1
-        assert sum(p["records"] for p in progress) == 15
+        assert sum(p["records"] for p in progress) == 16  # every record read, malformed ones included
         restarted = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
         assert sum(p["heartbeats"] for p in restarted) >= 1
         assert sum(p["records"] for p in restarted) == 0  # nothing read twice after the restart
@@ -222,7 +226,7 @@ def test_dead_letter_query_writes_each_malformed_record_once(spark, make_setting
     ]
     _produce(settings, [(0, A, 0), (1, B, 1_000)] + [(i % 3, raw, 0) for i, raw in enumerate(bad)])
     for _ in range(2):  # the second run has nothing new: nothing may be written twice
-        queries = start_job(spark, settings, available_now=True)
+        queries = start_job(spark, settings, available_now=True, close_all_windows=True)
         assert queries.dead_letter is not None
         try:
             for q in queries.all():
@@ -236,6 +240,14 @@ def test_dead_letter_query_writes_each_malformed_record_once(spark, make_setting
         got = sorted(rec.value for rec in reader.read_to_end(30))
     assert got == sorted(bad)
     assert _results(settings) == Counter({(0, A, 1): 1, (0, B, 1): 1})
+    with TopicReader(conf, settings.topics.dead_letter) as reader:
+        reasons = sorted(
+            dict(rec.headers or [])["ipcount.reason"] for rec in reader.read_to_end(30)
+        )
+    assert reasons == [
+        b"malformed: longer than 512 bytes",
+        *[b"malformed: not a valid nginx combined-format line"] * 3,
+    ]
 
 
 def test_ipcount_run_stops_cleanly_on_sigterm(make_settings) -> None:  # type: ignore[no-untyped-def]

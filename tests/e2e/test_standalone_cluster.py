@@ -232,7 +232,8 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
                 "--config",
                 str(ROOT / "conf" / "ipcount.toml"),
             ]
-            + ["run", "--available-now"],
+            # The last run: the input is finished, every window is emitted.
+            + ["run", "--available-now", "--close-all-windows"],
             # PYTHONPATH too: the driver JVM's Python data source processes do not get --py-files.
             {**env, "PYSPARK_PYTHON": str(bare), "PYTHONPATH": str(dist / "ipcount.zip")},
             tmp_path,

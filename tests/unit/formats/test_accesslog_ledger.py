@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from ipcount.errors import ConfigError
-from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
+from ipcount.formats.accesslog import (
+    ParseError,
+    canonical_ip,
+    format_record,
+    format_time_local,
+    parse_record,
+)
 from ipcount.verify.ledger import Ledger, window_start_ms
 
 
@@ -30,7 +36,7 @@ def test_round_trip(ip: str) -> None:
         ip, ms, method="POST", path='/a "q"', status=201, body_bytes=12, user_agent="ua\\x"
     )
     rec = parse_record(line)
-    assert rec.ip == ip
+    assert rec.ip == canonical_ip(ip)
     assert rec.event_ms == ms
     assert rec.status == 201
     assert rec.body_bytes == 12

@@ -62,10 +62,13 @@ def test_late_window_accepted_up_to_late_count() -> None:
 def test_ip_case_and_window_length() -> None:
     report = compare([_r(0, "10.0.0.1", 3, length=10_000)], _ledger())
     assert report.wrong == 1 and "length 10000 ms" in report.examples[0]
+    # The ledger keys by canonical IP; the sink must write that spelling, nothing else.
     upper = Ledger(window_ms=W)
     upper.add(0, "2001:DB8::1", 1)
-    assert compare([_r(0, "2001:db8::1", 1)], upper).exact
-    assert compare([_r(0, "2001:DB8::1", 1)], upper).exact
+    upper.add(0, "::ffff:10.0.0.7", 1)
+    assert compare([_r(0, "2001:db8::1", 1), _r(0, "10.0.0.7", 1)], upper).exact
+    stray = compare([_r(0, "2001:DB8::1", 1), _r(0, "10.0.0.7", 1)], upper)
+    assert not stray.exact and stray.missing == 1
 
 
 def test_undecodable_records_are_wrong() -> None:

@@ -1,0 +1,172 @@
+"""One parser truth: the JVM parse (the job) and the Python parse (ledger, source, loadgen) accept and
+reject exactly the same lines and extract the same client IP and event time, on generated hostile
+combined-format lines, all parsed in one Spark batch per example."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from datetime import UTC, datetime
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
+from ipcount.job.parse import parse_access_records
+
+MAX_BYTES = 8192
+SKEW_MS = 300_000
+MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+# Characters that break naive parsers: brackets, quotes, escapes, spaces of every kind, line
+# terminators Java and Python disagree on, Unicode digits and letters.
+HOSTILE = st.sampled_from(
+    list('[]"\\ -/:+.')
+    + ["\\x22", '\\"', "\\\\", "\t", "\n", "\r", "\x0b", "\x1c", "\x85"]
+    + ["\u00a0", "\u2003", "\u2028", "\u0661", "\u00e9", "\U0001f600", "\x00", "\x7f"]
+)
+TEXT = st.lists(st.one_of(HOSTILE, st.characters(codec="utf-8")), max_size=12).map("".join)
+WORD = st.one_of(st.just("-"), TEXT)
+
+
+@st.composite
+def ips(draw: st.DrawFn) -> str:
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        return str(ipaddress.IPv4Address(draw(st.integers(0, 2**32 - 1))))
+    if kind in (1, 2):
+        v6 = ipaddress.IPv6Address(draw(st.integers(0, 2**128 - 1)) >> draw(st.integers(0, 128)))
+        text = draw(st.sampled_from([v6.compressed, v6.exploded]))
+        return text.upper() if kind == 2 else text
+    if kind == 3:
+        v4 = ipaddress.IPv4Address(draw(st.integers(0, 2**32 - 1)))
+        prefix = draw(st.sampled_from(["::ffff:", "::FFFF:", "0:0:0:0:0:ffff:", "64:ff9b::"]))
+        return prefix + draw(st.sampled_from([str(v4), f"{int(v4) >> 16:x}:{int(v4) & 0xFFFF:x}"]))
+    if kind == 4:
+        return draw(st.sampled_from(["999.1.1.1", "1.2.3", "1:2:3", "01.2.3.4", "1::2::3", "::"]))
+    return draw(TEXT)
+
+
+@st.composite
+def times(draw: st.DrawFn) -> str:
+    if draw(st.booleans()):
+        # A well-formed time_local: any instant nginx could write, any zone offset Java accepts.
+        ms = draw(st.integers(-30_000_000_000_000, 250_000_000_000_000))
+        return format_time_local(ms, draw(st.integers(-18 * 60, 18 * 60)))
+    day = draw(st.sampled_from(["01", "28", "29", "30", "31", "32", "00", "1", "٠١"]))
+    month = draw(st.sampled_from([*MONTHS, "feb", "FEB", "Foo", "Sept"]))
+    year = draw(st.sampled_from(["2024", "2023", "2000", "1900", "1000", "0999", "9999", "0000"]))
+    hms = draw(st.sampled_from(["00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60"]))
+    zone = draw(st.sampled_from(["+0000", "-0000", "+1800", "-1800", "+1801", "+0060", "+2359"]))
+    return f"{day}/{month}/{year}:{hms} {zone}"
+
+
+# Legal but hostile field contents: $remote_user holds anything but ASCII whitespace (nginx does
+# not escape it), quoted fields anything (format_record escapes them as nginx does).
+USER = st.one_of(
+    st.just("-"),
+    st.text(
+        alphabet=st.one_of(
+            st.sampled_from(list('[]"\\-:') + ["\u00a0", "\u2003", "\u0661", "\x85"]),
+            st.characters(codec="utf-8", exclude_characters=" \t\n\x0b\f\r"),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    # A `]` first: what a client can send as its Basic-auth user name.
+    st.text(alphabet="[]ab", min_size=1, max_size=4).map(lambda u: "]" + u),
+)
+FREE = st.one_of(TEXT, st.text(max_size=60))
+
+
+@st.composite
+def lines(draw: st.DrawFn) -> bytes:
+    """Mostly valid lines with hostile contents; a third of them broken in one place."""
+    ms = draw(st.integers(-30_000_000_000_000, 250_000_000_000_000))
+    offset = draw(st.integers(-18 * 60, 18 * 60))
+    ip = draw(ips())
+    text = format_record(
+        ip if " " not in ip and ip else "1.2.3.4",
+        ms,
+        user=draw(USER),
+        path=draw(FREE),
+        referer=draw(FREE),
+        user_agent=draw(FREE),
+        status=draw(st.sampled_from([200, 404, 503])),
+        body_bytes=draw(st.integers(0, 10**9)),
+        utc_offset_minutes=offset,
+    )
+    mutation = draw(st.integers(0, 9))
+    if mutation == 1:
+        text = text.replace(f"[{format_time_local(ms, offset)}]", f"[{draw(times())}]", 1)
+    elif mutation == 2:
+        text = draw(ips()) + text[text.index(" ") :]
+    elif mutation == 3:
+        text += draw(st.sampled_from(["\n", "\r\n", " ", "\u2028", "\x85", '"']))
+    elif mutation == 4:
+        cut = draw(st.integers(0, len(text)))
+        text = text[:cut] + draw(st.sampled_from(['"', "\\", " ", "]", "[", "\n"])) + text[cut:]
+    elif mutation == 5:
+        text = text.replace(" 200 ", draw(st.sampled_from([" 2000 ", " ٢٠٠ ", " 20 "])), 1)
+    if mutation == 7:
+        text = text.replace(" HTTP/1.1", "/" + "x" * draw(st.integers(8000, 9000)) + " HTTP/1.1")
+    raw = text.encode("utf-8")
+    if mutation == 6:
+        raw += b"\xff"  # not UTF-8
+    return raw
+
+
+def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
+    if len(line) > MAX_BYTES:
+        return "malformed", None, None
+    try:
+        rec = parse_record(line)
+    except ParseError:
+        return "malformed", None, None
+    if rec.event_ms > now_ms + SKEW_MS:
+        return "future", None, None
+    return "counted", rec.ip, rec.event_ms
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.large_base_example,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(batch=st.lists(lines(), min_size=60, max_size=120))
+def test_jvm_and_python_parsers_agree_on_hostile_lines(spark, batch: list[bytes]) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql.types import (
+        BinaryType,
+        BooleanType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("heartbeat", BooleanType()),
+        ]
+    )
+    now = datetime.now(UTC)
+    rows = [(None, bytearray(line), 0, i, now, False) for i, line in enumerate(batch)]
+    df = spark.createDataFrame(rows, schema)
+    now_ms = int(time.time() * 1000)
+    out = {r["offset"]: r for r in parse_access_records(df, MAX_BYTES, SKEW_MS).collect()}
+    for i, line in enumerate(batch):
+        row = out[i]
+        jvm_kind = "malformed" if row["malformed"] else "future" if row["future"] else "counted"
+        jvm_ms = None if row["event_time"] is None else round(row["event_time"].timestamp() * 1000)
+        assert (jvm_kind, row["ip"], jvm_ms) == _python(line, now_ms), line[:300]

@@ -139,7 +139,9 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
         assert flush_seconds < 45, flush_seconds
         assert sum(p["malformed"] for p in progress) == 3
         assert sum(p["late_rows"] for p in progress) >= 1
-        assert sum(p["records"] for p in progress) == 16  # every record read, malformed ones included
+        assert (
+            sum(p["records"] for p in progress) == 16
+        )  # every record read, malformed ones included
         restarted = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
         assert sum(p["heartbeats"] for p in restarted) >= 1
         assert sum(p["records"] for p in restarted) == 0  # nothing read twice after the restart

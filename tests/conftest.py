@@ -6,6 +6,7 @@ IPCOUNT_TEST_BROKER picks the local broker kind: noida-db (default) or kafka (Ap
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -139,3 +140,37 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+def run_ipcount(
+    settings: Settings, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `ipcount` CLI as a user would, pointed (by env) at the test's broker, topics and
+    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings."""
+    full = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
+        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
+        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
+        "IPCOUNT_TOPICS_LATE": settings.topics.late,
+        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
+        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+        "IPCOUNT_SPARK_MASTER": "local[2]",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "ipcount", *args],
+        env=full,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def ipcount_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`run_ipcount`: the CLI against this test's settings."""
+    return run_ipcount

@@ -4,15 +4,12 @@ the watermark; the future record goes to the dead-letter topic with its reason."
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from confluent_kafka import Producer
 
-from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.consume import TopicReader
 from ipcount.kafka.topics import ensure_topics
@@ -22,34 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 FUTURE_MS = 4_070_908_800_000  # 2099-01-01T00:00:00Z
 
 
-def _cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
-        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
-        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
-        "IPCOUNT_TOPICS_LATE": settings.topics.late,
-        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
-        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
-        "IPCOUNT_JOB_DEAD_LETTER": "true",
-        "IPCOUNT_SPARK_MASTER": "local[2]",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "ipcount", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_periodic_bounded_runs_and_future_clocks_lose_nothing(make_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_periodic_bounded_runs_and_future_clocks_lose_nothing(
+    make_settings, tmp_path, ipcount_cli
+) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings("topics.source_partitions=2")
     ensure_topics(settings)
     ledger = Ledger(window_ms=5000)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return ipcount_cli(settings, *args, env={"IPCOUNT_JOB_DEAD_LETTER": "true"})
+
     # Event time starts two minutes ago, on a window boundary: within the future-skew bound.
     t0 = (int(time.time() * 1000) - 120_000) // 5000 * 5000
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
@@ -79,18 +58,18 @@ def test_periodic_bounded_runs_and_future_clocks_lose_nothing(make_settings, tmp
     produce(t0 + 9_000, "203.0.113.7", kafka_ms=int(time.time() * 1000) + 2_400_000)
     ledger.add(t0 + 9_000, "203.0.113.7")
     assert producer.flush(30) == 0
-    first = _cli(settings, "run", "--available-now")
+    first = cli("run", "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
     round_of(10)
     assert producer.flush(30) == 0
-    second = _cli(settings, "run", "--available-now")
+    second = cli("run", "--available-now")
     assert second.returncode == 0, second.stderr[-3000:]
     # Only now close what is still open (the input is finished, by the user's choice).
-    final = _cli(settings, "run", "--available-now", "--close-all-windows")
+    final = cli("run", "--available-now", "--close-all-windows")
     assert final.returncode == 0, final.stderr[-3000:]
 
     ledger.save(tmp_path / "ledger.jsonl")
-    verify = _cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"))
+    verify = cli("verify", "--ledger", str(tmp_path / "ledger.jsonl"))
     progress = "\n".join(
         line
         for run in (first, second, final)

@@ -151,33 +151,8 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
     assert query.exception() is None
 
 
-def _run_cli(
-    settings: Settings, *args: str, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
-        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
-        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
-        "IPCOUNT_TOPICS_LATE": settings.topics.late,
-        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
-        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
-        "IPCOUNT_SPARK_MASTER": "local[2]",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "ipcount", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
-    make_settings, tmp_path: Path
+    make_settings, tmp_path: Path, ipcount_cli
 ) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
     ensure_topics(settings)
@@ -194,17 +169,19 @@ def test_ipcount_run_restarts_from_checkpoint_without_duplicates(
         _produce(settings, rows)
 
     produce_round(0, 3_000)
-    first = _run_cli(settings, "run", "--available-now")
+    first = ipcount_cli(settings, "run", "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
     # A bounded run emits the windows its data closed and leaves the rest open for the next run.
     produce_round(60_000, 3_000)
-    second = _run_cli(settings, "run", "--available-now")
+    second = ipcount_cli(settings, "run", "--available-now")
     assert second.returncode == 0, second.stderr[-3000:]
     # A third run with nothing new, told the input is finished, closes the windows left open.
-    third = _run_cli(settings, "run", "--available-now", "--close-all-windows")
+    third = ipcount_cli(settings, "run", "--available-now", "--close-all-windows")
     assert third.returncode == 0, third.stderr[-3000:]
     ledger.save(tmp_path / "ledger.jsonl")
-    verify = _run_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120)
+    verify = ipcount_cli(
+        settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), timeout=120
+    )
     progress_lines = "\n".join(
         line
         for run in (first, second, third)

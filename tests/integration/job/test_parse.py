@@ -8,6 +8,7 @@ import pytest
 
 from ipcount.formats.accesslog import ParseError, format_record, parse_record
 from ipcount.job.parse import parse_access_records
+from ipcount.source.reader import SCHEMA
 
 MS = 1_795_341_600_000
 
@@ -41,30 +42,10 @@ def _python_verdict(line: bytes) -> tuple[str | None, int | None]:
 
 
 def test_spark_parser_matches_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
-    from pyspark.sql.types import (
-        BinaryType,
-        BooleanType,
-        IntegerType,
-        LongType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    schema = StructType(
-        [
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("heartbeat", BooleanType()),
-        ]
-    )
     hb_time = datetime.fromtimestamp(MS / 1000 + 60, UTC)
-    rows = [(None, line, 0, i, hb_time, False) for i, line in enumerate(LINES)]
-    rows.append((None, None, 0, len(LINES), hb_time, True))
-    df = spark.createDataFrame(rows, schema)
+    rows = [(None, line, "t", 0, i, hb_time, 0, False) for i, line in enumerate(LINES)]
+    rows.append((None, None, None, -1, len(LINES), hb_time, -1, True))
+    df = spark.createDataFrame(rows, SCHEMA)
     out = {r["offset"]: r for r in parse_access_records(df, 8192).collect()}
     for i, line in enumerate(LINES):
         ip, event_ms = _python_verdict(line)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
 from ipcount.job.parse import parse_access_records
+from ipcount.source.reader import SCHEMA
 
 MAX_BYTES = 8192
 SKEW_MS = 300_000
@@ -140,29 +141,9 @@ def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
 )
 @given(batch=st.lists(lines(), min_size=60, max_size=120))
 def test_jvm_and_python_parsers_agree_on_hostile_lines(spark, batch: list[bytes]) -> None:  # type: ignore[no-untyped-def]
-    from pyspark.sql.types import (
-        BinaryType,
-        BooleanType,
-        IntegerType,
-        LongType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    schema = StructType(
-        [
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-            StructField("heartbeat", BooleanType()),
-        ]
-    )
     now = datetime.now(UTC)
-    rows = [(None, bytearray(line), 0, i, now, False) for i, line in enumerate(batch)]
-    df = spark.createDataFrame(rows, schema)
+    rows = [(None, bytearray(line), "t", 0, i, now, 0, False) for i, line in enumerate(batch)]
+    df = spark.createDataFrame(rows, SCHEMA)  # the source's own schema
     now_ms = int(time.time() * 1000)
     out = {r["offset"]: r for r in parse_access_records(df, MAX_BYTES, SKEW_MS).collect()}
     for i, line in enumerate(batch):

@@ -208,7 +208,8 @@ class KafkaOffsetReader:
             try:
                 found = self._drain_tail(consumer, pending)
             finally:
-                # An assigned, caught-up consumer would poll noida-db in a tight loop.
+                # Done with these partitions: an assigned consumer keeps fetching in the background
+                # (on noida-db in a tight loop), and the next look assigns afresh anyway.
                 consumer.unassign()
             for tp, ts in found.items():
                 best = ts if best is None else max(best, ts)

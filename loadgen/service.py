@@ -19,7 +19,13 @@ from typing import Any
 from aiohttp import web
 
 from ipcount.config import Settings
-from ipcount.formats.accesslog import IP_PATTERN, ParseError, format_record, parse_record
+from ipcount.formats.accesslog import (
+    IP_PATTERN,
+    ParseError,
+    canonical_ip,
+    format_record,
+    parse_record,
+)
 from ipcount.verify.ledger import Ledger
 from loadgen.producer import BackgroundSender, check_source_topic, producer_config
 
@@ -169,11 +175,14 @@ def _snapshot(app: web.Application) -> dict[str, Any]:
 
 
 def client_ip(forwarded_for: str | None, peer: str | None) -> str:
-    """The client IP: the first X-Forwarded-For hop when it is a valid IP, else the peer address."""
+    """The client IP, canonical (as the job counts it): the first X-Forwarded-For hop when it is a
+    valid IP, else the peer address."""
     if forwarded_for:
         first = forwarded_for.split(",", 1)[0].strip()
         if _IP_RE.match(first):
-            return first.lower()
+            return canonical_ip(first)
+    if peer and _IP_RE.match(peer):
+        return canonical_ip(peer)
     return (peer or "-").lower()
 
 

@@ -31,7 +31,8 @@ CASES: list[tuple[str, str, str | None, str | None, str, int]] = [
     ("GET", "/products", "203.0.113.10", None, "203.0.113.10", 200),
     ("GET", "/products/7", "203.0.113.10, 10.0.0.1", None, "203.0.113.10", 200),
     ("GET", "/products/12345", "198.51.100.2", None, "198.51.100.2", 404),
-    ("GET", "/search?q=trail+cap", "2001:DB8:0:0:1::5", None, "2001:db8:0:0:1::5", 200),
+    # Canonical (RFC 5952): the first of the two longest zero runs becomes "::".
+    ("GET", "/search?q=trail+cap", "2001:DB8:0:0:1::5", None, "2001:db8::1:0:0:5", 200),
     ("POST", "/cart", "2001:db8::42", "product_id=9&qty=1", "2001:db8::42", 201),
     ("GET", "/static/js/app.js", "unknown", None, "127.0.0.1", 200),
     ("GET", "/static/missing.css", "999.1.1.1", None, "127.0.0.1", 404),

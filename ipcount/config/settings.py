@@ -24,7 +24,16 @@ __all__ = [
 ]
 
 # Keys whose values never appear in repr or logs.
-_SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.pem", "credentials")
+_SECRET_MARKERS = (
+    "password",
+    "secret",
+    "user.info",
+    "token",
+    "key.pem",
+    "credentials",
+    # sasl.oauthbearer.config carries client secrets as "key=value" pairs.
+    "oauthbearer.config",
+)
 
 
 def redact(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from ipcount.config import redact
 from ipcount.errors import ConfigError
 
 __all__ = [
@@ -47,12 +48,23 @@ class TxnConfig:
     progress_topic: str
     query_id: str
     transactional_id: str
-    producer_conf: dict[str, str] = field(default_factory=dict)
-    consumer_conf: dict[str, str] = field(default_factory=dict)
+    # librdkafka settings, secrets included: kept out of repr (see __repr__).
+    producer_conf: dict[str, str] = field(default_factory=dict, repr=False)
+    consumer_conf: dict[str, str] = field(default_factory=dict, repr=False)
     transaction_timeout_ms: int = 60_000
     retry_deadline_seconds: float = 60.0
     # Which start of the job writes (new_run_id); recorded in each progress marker.
     run_id: str = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"TxnConfig(topic={self.topic!r}, progress_topic={self.progress_topic!r}, "
+            f"query_id={self.query_id!r}, transactional_id={self.transactional_id!r}, "
+            f"producer_conf={redact(self.producer_conf)!r}, "
+            f"consumer_conf={redact(self.consumer_conf)!r}, "
+            f"transaction_timeout_ms={self.transaction_timeout_ms}, "
+            f"retry_deadline_seconds={self.retry_deadline_seconds}, run_id={self.run_id!r})"
+        )
 
     def __post_init__(self) -> None:
         for name in ("topic", "progress_topic", "query_id", "transactional_id"):

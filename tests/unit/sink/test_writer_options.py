@@ -152,3 +152,17 @@ def test_sink_options_from_settings_round_trip() -> None:
     assert writer.config.consumer_conf["fetch.max.bytes"] == "1000"
     dlq = sink_options(settings, "dlq-query", topic=settings.topics.dead_letter, mode="raw")
     assert KafkaTxnStreamWriter(dlq, RAW).config.topic == "ip_count_dead_letter"
+
+
+def test_txn_config_repr_hides_secrets() -> None:
+    from ipcount.sink.txn_config import TxnConfig
+
+    conf = {
+        "bootstrap.servers": "b:9093",
+        "sasl.password": "hunter2",
+        "sasl.oauthbearer.config": "clientId=ipcount clientSecret=s3cr3t",
+    }
+    cfg = TxnConfig("sink", "progress", "q", "ipcount-q", producer_conf=conf, consumer_conf=conf)
+    text = repr(cfg)
+    assert "hunter2" not in text and "s3cr3t" not in text
+    assert "b:9093" in text and "ipcount-q" in text

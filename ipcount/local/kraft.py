@@ -35,6 +35,19 @@ logger.state.level = WARN
 """
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id, as ``kafka-storage random-uuid`` makes it.
+
+    Kafka's ``Uuid.randomUuid`` draws again when the base64url text starts
+    with ``-``: the storage tool would read such an id as an option and fail
+    (one start in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaBroker(LocalBroker):
     """A single-node KRaft Apache Kafka broker.
 
@@ -118,7 +131,7 @@ class KafkaBroker(LocalBroker):
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
         if (self.log_dir / "meta.properties").is_file():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         cmd = [*self._java(), "kafka.tools.StorageTool", "format", "-t", cluster_id]
         cmd += ["-c", str(self.config_file)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

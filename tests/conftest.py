@@ -143,10 +143,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 def run_ipcount(
-    settings: Settings, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+    settings: Settings,
+    *args: str,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run the `ipcount` CLI as a user would, pointed (by env) at the test's broker, topics and
-    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings."""
+    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings. `own_group`: in a process group
+    of its own, which an injected fault (IPCOUNT_FAULTS) kills without the test."""
     full = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
@@ -167,6 +172,7 @@ def run_ipcount(
         capture_output=True,
         text=True,
         timeout=timeout,
+        start_new_session=own_group,
     )
 
 

@@ -1,4 +1,5 @@
-"""`ipcount consume`: the downstream consumer of topics.sink (read_committed by default)."""
+"""`ipcount consume`: the downstream consumer of topics.sink (read_committed by default), with
+`--with-late` also of topics.late, showing corrected totals."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import dataclasses
 import datetime as dt
 import json
 import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from ipcount.config import Settings
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.consume import TopicReader, decode_records
+from ipcount.kafka.consume import SinkRecord, TopicReader, decode_records
 
 __all__ = ["register", "run", "ORDER"]
 
@@ -19,6 +23,9 @@ ORDER = 20
 
 _HEADER = (
     f"{'window_start':24} {'window_end':24} {'ip':39} {'count':>8} {'partition':>9} {'offset':>10}"
+)
+_LATE_HEADER = (
+    f"{'window_start':24} {'window_end':24} {'ip':39} {'kind':>5} {'count':>8} {'total':>8}"
 )
 
 
@@ -53,6 +60,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--max-records", type=int, default=None, metavar="N", help="exit after N records"
     )
+    p.add_argument(
+        "--with-late",
+        action="store_true",
+        help="also read the late-count corrections (topics.late): each row says whether it is a "
+        "window's final count or a correction, and the corrected total so far",
+    )
     p.set_defaults(func=run)
 
 
@@ -63,6 +76,8 @@ def _iso(ms: int) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.with_late:
+        return _run_with_late(args, settings)
     isolation = "read_uncommitted" if args.read_uncommitted else "read_committed"
     codec = make_codec(
         settings.sink.wire_format, settings.sink.schema_registry_url, settings.topics.sink
@@ -90,6 +105,79 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 print(
                     f"{_iso(ip_count.window_start):24} {_iso(ip_count.window_end):24} "
                     f"{ip_count.ip:39} {ip_count.count:>8} {rec.partition:>9} {rec.offset:>10}",
+                    file=out,
+                    flush=True,
+                )
+    return 0
+
+
+def _follow_both(
+    readers: list[TopicReader], idle_exit: float | None, max_records: int | None
+) -> Iterator[SinkRecord]:
+    """Tail several topics in turn (each poll short), with `follow`'s exit rules."""
+    seen = 0
+    last = time.monotonic()
+    while max_records is None or seen < max_records:
+        got = False
+        for reader in readers:
+            for rec in reader.poll(timeout=0.2):
+                got = True
+                seen += 1
+                yield rec
+                if max_records is not None and seen >= max_records:
+                    return
+        now = time.monotonic()
+        if got:
+            last = now
+        elif idle_exit is not None and now - last >= idle_exit:
+            return
+
+
+def _run_with_late(args: argparse.Namespace, settings: Settings) -> int:
+    isolation = "read_uncommitted" if args.read_uncommitted else "read_committed"
+    sink, late = settings.topics.sink, settings.topics.late
+    codecs = {
+        name: make_codec(settings.sink.wire_format, settings.sink.schema_registry_url, name)
+        for name in (sink, late)
+    }
+    conf = settings.kafka.to_librdkafka("consumer")
+    timeout = settings.kafka.connect_timeout_seconds
+    out = sys.stdout
+    if not args.json:
+        print(_LATE_HEADER, file=out, flush=True)
+    totals: Counter[tuple[int, str]] = Counter()
+    with (
+        TopicReader(
+            conf, sink, isolation=isolation, from_beginning=args.from_beginning, timeout=timeout
+        ) as results,
+        TopicReader(
+            conf,
+            late,
+            isolation=isolation,
+            from_beginning=args.from_beginning,
+            timeout=timeout,
+            topic_setting="topics.late",
+        ) as corrections,
+    ):
+        for rec in _follow_both([results, corrections], args.idle_exit, args.max_records):
+            ((_, ip_count),) = decode_records([rec], codecs[rec.topic])
+            kind = "late" if rec.topic == late else "final"
+            key = (ip_count.window_start, ip_count.ip)
+            totals[key] += ip_count.count
+            if args.json:
+                row = {
+                    **dataclasses.asdict(ip_count),
+                    "kind": kind,
+                    "total": totals[key],
+                    "topic": rec.topic,
+                    "partition": rec.partition,
+                    "offset": rec.offset,
+                }
+                print(json.dumps(row), file=out, flush=True)
+            else:
+                print(
+                    f"{_iso(ip_count.window_start):24} {_iso(ip_count.window_end):24} "
+                    f"{ip_count.ip:39} {kind:>5} {ip_count.count:>8} {totals[key]:>8}",
                     file=out,
                     flush=True,
                 )

@@ -1,4 +1,5 @@
-"""`ipcount verify`: read the whole sink topic and check it exactly against ground-truth ledgers."""
+"""`ipcount verify`: read the whole sink topic (and the late corrections) and check it exactly
+against ground-truth ledgers."""
 
 from __future__ import annotations
 
@@ -20,8 +21,16 @@ def register(sub: Any) -> None:
         help="check the sink topic against loadgen ledgers (exit 0 only if exact)",
         description="Read topics.sink from the beginning to its end (read_committed) and compare "
         "each (window, ip) result with the merged ledgers: missing, duplicate and wrong results "
-        "are reported; the last line ends with "
+        "are reported. With job.late_corrections (the default) topics.late is read too, and each "
+        "(window, ip)'s final count plus its corrections must equal the ledger's total, late "
+        "records included. The last line ends with "
         "'results=N missing=M duplicates=D wrong=W exact=true|false'.",
+    )
+    p.add_argument(
+        "--without-late",
+        action="store_true",
+        help="ignore topics.late and judge late windows by the old rule (a job that ran with "
+        "job.late_corrections = false)",
     )
     p.add_argument(
         "--ledger",
@@ -48,7 +57,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     ledger = Ledger.load_all(args.ledger)
     isolation = "read_uncommitted" if args.read_uncommitted else "read_committed"
-    report = verify_sink(settings, ledger, isolation, args.timeout)
+    with_late = False if args.without_late else None
+    report = verify_sink(settings, ledger, isolation, args.timeout, with_late=with_late)
     for line in report.examples:
         print(line)
     if report.total_examples > len(report.examples):

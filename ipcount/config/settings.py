@@ -113,6 +113,10 @@ class JobSettings:
     max_future_skew_seconds: float = 300.0
     # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
     dead_letter: bool = False
+    # Records that arrive after their window's result was emitted are written to topics.late as
+    # corrections (same transaction as the batch). Needs the checkpoint readable from Python
+    # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
+    late_corrections: bool = True
 
 
 @dataclass(frozen=True)

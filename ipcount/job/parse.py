@@ -79,8 +79,8 @@ def canonical_ip_sql(column: str) -> str:
 def parse_access_records(
     source: Any, max_record_bytes: int, max_future_skew_ms: int = 300_000
 ) -> Any:
-    """Add columns `ip`, `event_time`, `malformed`, `future` and `reason` (and keep `heartbeat`) to
-    the source DataFrame.
+    """Add columns `ip`, `event_time`, `malformed`, `future` and `reason` (and keep `heartbeat` and
+    `late_before`) to the source DataFrame.
 
     Every check is a built-in expression: no Python runs per row. A record is malformed when it is
     not valid UTF-8, longer than `max_record_bytes`, not in the combined format, or has a bad IP or
@@ -113,6 +113,7 @@ def parse_access_records(
         F.col("key"),
         value,
         F.col("timestamp"),
+        F.col("late_before"),
         heartbeat.alias("heartbeat"),
         F.regexp_extract(line, LINE_PATTERN, GROUP_IP).alias("_ip_raw"),
         # The bracketed $time_local, cut out with cheap string functions. For every line the regex
@@ -152,6 +153,7 @@ def parse_access_records(
         F.col("key"),
         value,
         heartbeat,
+        F.col("late_before"),
         F.when(valid & ~future, F.expr(canonical_ip_sql("_ip_raw"))).alias("ip"),
         F.when(heartbeat, F.col("timestamp"))
         .when(valid & ~future, parsed_time)

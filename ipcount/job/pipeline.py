@@ -22,11 +22,13 @@ from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topics import missing_topics
 from ipcount.sink.writer import sink_options
+from ipcount.source.checkpoint_log import check_readable
 
 __all__ = [
     "JobQueries",
     "source_options",
     "build_counts",
+    "classify_late",
     "preflight",
     "start_job",
     "run_job",
@@ -58,12 +60,17 @@ def _ms(seconds: float) -> int:
 
 
 def source_options(
-    settings: Settings, *, heartbeats: bool = True, close_all_windows: bool = False
+    settings: Settings,
+    *,
+    heartbeats: bool = True,
+    close_all_windows: bool = False,
+    query_checkpoint: str = "",
 ) -> dict[str, str]:
     """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
 
     `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
-    time (see `ipcount run --close-all-windows`).
+    time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
+    checkpoint, whose offset log gives each batch's watermark for late records.
     """
     job = settings.job
     opts = {
@@ -79,6 +86,8 @@ def source_options(
         opts["minPartitions"] = str(job.min_partitions)
     if job.max_records_per_partition:
         opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
+    if query_checkpoint:
+        opts["queryCheckpoint"] = query_checkpoint
     if heartbeats:
         opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
         opts["heartbeatMaxAdvanceMs"] = str(
@@ -94,8 +103,41 @@ def source_options(
     return opts
 
 
+def _window_start_ms(settings: Settings) -> Any:
+    from pyspark.sql import functions as F
+
+    event_ms = F.unix_millis(F.col("event_time"))
+    return event_ms - F.pmod(event_ms, F.lit(_ms(settings.job.window_seconds)))
+
+
+def classify_late(parsed: Any, settings: Settings) -> Any:
+    """Add `late`: a counted record whose window ends at or before the batch's `late_before`
+    (the watermark Spark judges late rows by), i.e. whose window's result was already emitted.
+
+    Spark would drop such a row; ipcount counts it as a correction instead (see build_counts).
+    Rows without a `late_before` (no checkpoint given to the source) are never late here: Spark's
+    own rule then drops them, as `dropped=` in the progress line.
+    """
+    from pyspark.sql import functions as F
+
+    window_ms = _ms(settings.job.window_seconds)
+    counted = ~F.col("heartbeat") & ~F.col("malformed") & ~F.col("future")
+    ends_before = _window_start_ms(settings) + F.lit(window_ms) <= F.unix_millis(
+        F.col("late_before")
+    )
+    return parsed.withColumn("late", F.coalesce(counted & ends_before, F.lit(False)))
+
+
 def build_counts(parsed: Any, settings: Settings) -> Any:
-    """Watermark and count real records per (5 s window, ip); heartbeats move the watermark only.
+    """Watermark and count real records per (5 s window, ip, late); heartbeats move the watermark
+    only. `parsed` must carry `late` (classify_late).
+
+    On-time rows are counted per window as Spark does. A late row (its window's result already
+    emitted) is counted under its own window but carried by the window that holds `late_before`:
+    that window ends after `late_before`, so Spark keeps the row, and the row's carrier time never
+    exceeds an event time already seen, so the watermark stays the true maximum event time. The
+    carrier window's result is emitted like any other, and a late row leaves as a correction
+    (late=true) with the first window that closes after it arrived.
 
     Heartbeat rows must reach `withWatermark`: a filter that drops them would be pushed below it
     (it does not reference the event-time column) and the watermark would never see them. So they
@@ -106,17 +148,24 @@ def build_counts(parsed: Any, settings: Settings) -> Any:
 
     window = f"{_ms(settings.job.window_seconds)} milliseconds"
     delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
+    late = F.col("late")
     counted = (
         parsed.where(~F.col("malformed") & ~F.col("future"))
-        .withWatermark("event_time", delay)
-        .groupBy(F.window("event_time", window), F.col("ip"))
+        .withColumn("window_start_ms", _window_start_ms(settings))
+        .withColumn(
+            "carrier_time", F.when(late, F.col("late_before")).otherwise(F.col("event_time"))
+        )
+        .withWatermark("carrier_time", delay)
+        .groupBy(F.window("carrier_time", window), F.col("window_start_ms"), F.col("ip"), late)
         .agg(F.sum(F.when(F.col("heartbeat"), 0).otherwise(1)).cast("long").alias("count"))
     )
+    start = F.col("window_start_ms")
     return counted.where(F.col("count") > 0).select(
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
+        F.timestamp_millis(start).alias("window_start"),
+        F.timestamp_millis(start + F.lit(_ms(settings.job.window_seconds))).alias("window_end"),
         F.col("ip"),
         F.col("count"),
+        late.alias("late"),
     )
 
 
@@ -129,6 +178,7 @@ def _observe_quality(parsed: Any) -> Any:
         F.count(F.when(real, 1)).alias("records"),
         F.count(F.when(F.col("malformed"), 1)).alias("malformed"),
         F.count(F.when(F.col("future"), 1)).alias("future"),
+        F.count(F.when(F.col("late"), 1)).alias("late"),
         F.count(F.when(F.col("heartbeat"), 1)).alias("heartbeats"),
     )
 
@@ -141,6 +191,9 @@ def preflight(settings: Settings) -> None:
         BrokerError: the broker is unreachable.
     """
     needed = [settings.topics.source, settings.topics.sink, settings.topics.progress]
+    if settings.job.late_corrections:
+        needed.append(settings.topics.late)
+        check_readable(settings.job.checkpoint_location)
     if settings.job.dead_letter:
         needed.append(settings.topics.dead_letter)
     missing = missing_topics(settings, needed)
@@ -177,16 +230,24 @@ def start_job(
         preflight(settings)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id = checkpoint_query_id(spark, checkpoint)
-    opts = source_options(settings, close_all_windows=close_all_windows)
+    corrections = settings.job.late_corrections
+    opts = source_options(
+        settings,
+        close_all_windows=close_all_windows,
+        query_checkpoint=_local_absolute(checkpoint) if corrections else "",
+    )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
-    parsed = _observe_quality(_parse(source, settings))
+    parsed = _observe_quality(classify_late(_parse(source, settings), settings))
     counts = build_counts(parsed, settings)
+    late_topic = settings.topics.late if corrections else None
     writer = (
         counts.writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
         .queryName(QUERY_NAME)
         .option("checkpointLocation", checkpoint)
-        .options(**sink_options(settings, query_id, topic=settings.topics.sink))
+        .options(
+            **sink_options(settings, query_id, topic=settings.topics.sink, late_topic=late_topic)
+        )
     )
     counts_query = _trigger(writer, settings, available_now).start()
     logger.info(
@@ -203,6 +264,13 @@ def start_job(
             spark, settings, checkpoint + "-dead-letter", available_now
         )
     return queries
+
+
+def _local_absolute(location: str) -> str:
+    """A local checkpoint path as the source's planner process must see it (any working dir)."""
+    import os
+
+    return location if "://" in location else os.path.abspath(location)
 
 
 def _parse(source: Any, settings: Settings) -> Any:

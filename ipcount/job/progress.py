@@ -62,7 +62,10 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
         "malformed": int(_num(observed.get("malformed"))),
         "future": int(_num(observed.get("future"))),
         "heartbeats": int(_num(observed.get("heartbeats"))),
-        "late_rows": int(sum(_num(s.get("numRowsDroppedByWatermark")) for s in state)),
+        "late": int(_num(observed.get("late"))),
+        # Rows Spark dropped behind the watermark (after partial aggregation: a lower bound of
+        # records). With late corrections on, always 0: late records become corrections.
+        "dropped": int(sum(_num(s.get("numRowsDroppedByWatermark")) for s in state)),
         "state_rows": int(sum(_num(s.get("numRowsTotal")) for s in state)),
         "state_memory_bytes": int(sum(_num(s.get("memoryUsedBytes")) for s in state)),
         "output_rows": int(_num((progress.get("sink") or {}).get("numOutputRows"))),
@@ -91,7 +94,7 @@ class ProgressLogger(StreamingQueryListener):
         self.last = s
         self._log.info(
             "%s batch %s: in=%d rows (%.0f/s in, %.0f/s processed) records=%d malformed=%d "
-            "future=%d heartbeats=%d late_rows=%d out=%d watermark=%s state=%d rows "
+            "future=%d heartbeats=%d late=%d dropped=%d out=%d watermark=%s state=%d rows "
             "batch=%dms sink+agg=%dms lag=%s",
             s["name"],
             s["batch"],
@@ -102,7 +105,8 @@ class ProgressLogger(StreamingQueryListener):
             s["malformed"],
             s["future"],
             s["heartbeats"],
-            s["late_rows"],
+            s["late"],
+            s["dropped"],
             s["output_rows"],
             s["watermark"],
             s["state_rows"],

@@ -165,12 +165,13 @@ class TxnSession:
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
         try:
-            count = self._produce_all(producer, _chain(first, it))
+            count, late = self._produce_all(producer, _chain(first, it))
             marker = {
                 "queryId": self.config.query_id,
                 "batchId": batch_id,
                 "runId": self.config.run_id,
                 "records": count,
+                "lateRecords": late,
                 "transactionalId": self.config.transactional_id,
                 "committedAtMs": int(time.time() * 1000),
             }
@@ -196,8 +197,14 @@ class TxnSession:
         self.last_committed = batch_id
         fault_point("sink.after_commit", batch_id)
         seconds = time.monotonic() - started
-        logger.info("batch %d committed: %d records in %.3fs", batch_id, count, seconds)
-        return CommitOutcome("committed", batch_id, count, seconds)
+        logger.info(
+            "batch %d committed: %d records (+%d corrections) in %.3fs",
+            batch_id,
+            count,
+            late,
+            seconds,
+        )
+        return CommitOutcome("committed", batch_id, count + late, seconds)
 
     def abort_open(self, batch_id: int) -> bool:
         """Abort the open transaction, if any. Returns whether one was open."""
@@ -214,14 +221,19 @@ class TxnSession:
         self._producer = None
         self._in_transaction = False
 
-    def _produce_all(self, producer: Any, records: Iterable[Record]) -> int:
+    def _produce_all(self, producer: Any, records: Iterable[Record]) -> tuple[int, int]:
+        """Produce every record; returns (records to the sink topic, records to other topics)."""
         topic = self.config.topic
-        count = 0
+        count = other = 0
         for record in records:
             headers = record[2] if len(record) > 2 else None  # type: ignore[misc]
-            _produce(producer, topic, record[1], record[0], headers)
-            count += 1
-        return count
+            target = record[3] if len(record) > 3 else topic  # type: ignore[misc]
+            _produce(producer, target, record[1], record[0], headers)
+            if target == topic:
+                count += 1
+            else:
+                other += 1
+        return count, other
 
     def _check_topics(self, producer: Any) -> None:
         cfg = self.config
@@ -233,11 +245,14 @@ class TxnSession:
                 f"cannot read metadata from {cfg.producer_conf.get('bootstrap.servers')}",
                 exc.args[0],
             ) from exc
-        for name, setting in ((cfg.topic, "topic"), (cfg.progress_topic, "progressTopic")):
+        named = [(cfg.topic, "topic"), (cfg.progress_topic, "progressTopic")]
+        if cfg.late_topic:
+            named.append((cfg.late_topic, "lateTopic"))
+        for name, setting in named:
             if name not in md.topics:
                 raise ConfigError(
                     f"sink {setting} {name!r} does not exist: run `ipcount topics create` "
-                    "(topics.sink / topics.progress)"
+                    "(topics.sink / topics.progress / topics.late)"
                 )
 
     def _read_progress(self) -> tuple[int | None, str]:

@@ -19,9 +19,14 @@ __all__ = [
     "run_started_ms",
 ]
 
-# One Kafka record: (key, value), or (key, value, headers).
+# One Kafka record: (key, value), (key, value, headers), or (key, value, headers, topic) for a
+# record bound for another topic of the same transaction (the late corrections).
 Headers = list[tuple[str, bytes]]
-Record = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Headers | None]
+Record = (
+    tuple[bytes | None, bytes | None]
+    | tuple[bytes | None, bytes | None, Headers | None]
+    | tuple[bytes | None, bytes | None, Headers | None, str]
+)
 
 
 def default_transactional_id(query_id: str) -> str:
@@ -55,6 +60,8 @@ class TxnConfig:
     retry_deadline_seconds: float = 60.0
     # Which start of the job writes (new_run_id); recorded in each progress marker.
     run_id: str = ""
+    # Where late-count corrections go, in the same transaction ("" = none are written).
+    late_topic: str = ""
 
     def __repr__(self) -> str:
         return (
@@ -63,7 +70,8 @@ class TxnConfig:
             f"producer_conf={redact(self.producer_conf)!r}, "
             f"consumer_conf={redact(self.consumer_conf)!r}, "
             f"transaction_timeout_ms={self.transaction_timeout_ms}, "
-            f"retry_deadline_seconds={self.retry_deadline_seconds}, run_id={self.run_id!r})"
+            f"retry_deadline_seconds={self.retry_deadline_seconds}, run_id={self.run_id!r}, "
+            f"late_topic={self.late_topic!r})"
         )
 
     def __post_init__(self) -> None:

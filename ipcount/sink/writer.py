@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     DataType,
     IntegerType,
     LongType,
@@ -36,6 +37,8 @@ _COUNTS_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "ip": (StringType,),
     "count": (LongType, IntegerType),
 }
+# Counts mode may mark rows as late-count corrections: they go to option lateTopic.
+_COUNTS_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {"late": (BooleanType,)}
 _RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "key": (BinaryType, StringType),
     "value": (BinaryType, StringType),
@@ -54,6 +57,7 @@ def sink_options(
     topic: str | None = None,
     mode: str = "counts",
     run_id: str | None = None,
+    late_topic: str | None = None,
 ) -> dict[str, str]:
     """The writeStream options for this sink from ipcount settings (the one place they are mapped).
 
@@ -63,6 +67,7 @@ def sink_options(
         topic: the output topic; default topics.sink.
         mode: 'counts' (Avro IpCount) or 'raw' (key/value bytes as they are, e.g. the dead letters).
         run_id: identifies this start of the job (default: a new one, see `new_run_id`).
+        late_topic: where rows with late=true (corrections) go, in the same transaction.
     """
     k, s = settings.kafka, settings.sink
     opts = {
@@ -77,6 +82,8 @@ def sink_options(
         "schemaRegistryUrl": s.schema_registry_url,
         "kafka.bootstrap.servers": k.bootstrap_servers,
     }
+    if late_topic:
+        opts["lateTopic"] = late_topic
     opts.update({f"kafka.{key}": value for key, value in k.client.items()})
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
@@ -86,7 +93,8 @@ def sink_options(
 class KafkaTxnDataSource(DataSource):
     """Exactly-once Kafka sink: one transaction per micro-batch; committed batches not rewritten.
 
-    Options: topic, progressTopic, queryId (required); transactionalId (default ipcount-<queryId>),
+    Options: topic, progressTopic, queryId (required); lateTopic (counts mode: rows with a true
+    `late` column go there, in the same transaction); transactionalId (default ipcount-<queryId>),
     transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
     ('counts' | 'raw'); kafka.<key> (producer and consumer), kafka.producer.<key>,
     kafka.consumer.<key> (librdkafka settings).
@@ -109,6 +117,9 @@ class KafkaTxnCommitMessage(WriterCommitMessage):
     values: list[bytes | None] = field(default_factory=list)
     # Raw mode with a reason column: one per record (else empty).
     reasons: list[str | None] = field(default_factory=list)
+    # Counts mode: late-count corrections, for the late topic.
+    late_keys: list[bytes | None] = field(default_factory=list)
+    late_values: list[bytes | None] = field(default_factory=list)
 
 
 class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
@@ -170,13 +181,19 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             retry_deadline_seconds=_number(
                 opts, "retryDeadlineSeconds", float, self.DEFAULT_RETRY_DEADLINE_SECONDS
             ),
+            late_topic=opts.get("latetopic", "").strip(),
         )
         self.columns = _check_schema(
             schema,
             _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS,
             self.mode,
-            {} if self.mode == "counts" else _RAW_OPTIONAL,
+            _COUNTS_OPTIONAL if self.mode == "counts" else _RAW_OPTIONAL,
         )
+        if "late" in self.columns and not self.config.late_topic:
+            raise ConfigError(
+                "ipcount-kafka-txn sink: the input has a 'late' column (corrections) but option "
+                "'lateTopic' (topics.late) is not set"
+            )
 
     def write(self, iterator: Iterator[Any]) -> KafkaTxnCommitMessage:
         """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor)."""
@@ -193,17 +210,27 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                     message.reasons.extend(batch.column("reason").to_pylist())
             return message
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
-        encode, keys, values = codec.encode, message.keys, message.values
+        late_codec = (
+            make_codec(self.wire_format, self.schema_registry_url, self.config.late_topic)
+            if "late" in self.columns
+            else codec
+        )
         for batch in iterator:
             starts = _millis(batch, "window_start")
             ends = _millis(batch, "window_end")
             ips = batch.column("ip").to_pylist()
             counts = batch.column("count").to_pylist()
-            for start, end, ip, count in zip(starts, ends, ips, counts, strict=True):
-                values.append(
-                    encode({"window_start": start, "window_end": end, "ip": ip, "count": count})
-                )
-                keys.append(ip.encode("utf-8"))
+            lates = (
+                batch.column("late").to_pylist() if "late" in self.columns else [False] * len(ips)
+            )
+            for start, end, ip, count, late in zip(starts, ends, ips, counts, lates, strict=True):
+                row = {"window_start": start, "window_end": end, "ip": ip, "count": count}
+                if late:
+                    message.late_values.append(late_codec.encode(row))
+                    message.late_keys.append(ip.encode("utf-8"))
+                else:
+                    message.values.append(codec.encode(row))
+                    message.keys.append(ip.encode("utf-8"))
         return message
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -212,7 +239,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             record
             for m in messages
             if isinstance(m, KafkaTxnCommitMessage)
-            for record in _records(m)
+            for record in _records(m, self.config.late_topic)
         )
         session_for(self.config).commit_batch(batchId, records)
 
@@ -250,12 +277,14 @@ def _number(opts: Mapping[str, str], name: str, kind: type, default: Any) -> Any
         ) from None
 
 
-def _records(m: KafkaTxnCommitMessage) -> Iterator[Record]:
+def _records(m: KafkaTxnCommitMessage, late_topic: str) -> Iterator[Record]:
     if not m.reasons:
         yield from zip(m.keys, m.values, strict=True)
-        return
-    for k, v, why in zip(m.keys, m.values, m.reasons, strict=True):
-        yield (k, v, [(REASON_HEADER, why.encode())] if why else None)
+    else:
+        for k, v, why in zip(m.keys, m.values, m.reasons, strict=True):
+            yield (k, v, [(REASON_HEADER, why.encode())] if why else None)
+    for k, v in zip(m.late_keys, m.late_values, strict=True):
+        yield (k, v, None, late_topic)
 
 
 def _check_schema(

@@ -30,6 +30,7 @@ _KNOWN = {
     "eventtimeformat",
     "maxfutureskewms",
     "availablenowflush",
+    "querycheckpoint",
 }
 # How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
 # $time_local of valid nginx combined-format lines (what the ipcount job counts).
@@ -91,6 +92,9 @@ class SourceOptions:
     # bound).
     max_future_skew_ms: int = 0
     available_now_flush: str = "data"
+    # The reading query's checkpointLocation: each batch's rows carry the watermark its late
+    # records are judged by (column late_before), read from that checkpoint's offset log.
+    query_checkpoint: str = ""
 
     @property
     def heartbeats(self) -> bool:
@@ -204,6 +208,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         event_time_format=_choice(opts, "eventtimeformat", "eventTimeFormat", EVENT_TIME_FORMATS),
         max_future_skew_ms=_int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0,
         available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
+        query_checkpoint=opts.get("querycheckpoint", "").strip(),
     )
 
 

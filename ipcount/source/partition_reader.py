@@ -40,6 +40,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("timestampType", pa.int32()),
         pa.field("heartbeat", pa.bool_()),
+        pa.field("late_before", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -48,7 +49,13 @@ BATCH_ROWS = 50_000
 _DATA_LOSS_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 
 
-def heartbeat_batch(topic: str, ts_ms: int) -> pa.RecordBatch:
+def _late_before(n: int, late_before_ms: int | None) -> pa.Array:
+    if late_before_ms is None:
+        return pa.nulls(n, pa.timestamp("us", tz="UTC"))
+    return pa.repeat(pa.scalar(late_before_ms * 1000, pa.timestamp("us", tz="UTC")), n)
+
+
+def heartbeat_batch(topic: str, ts_ms: int, late_before_ms: int | None = None) -> pa.RecordBatch:
     """The one heartbeat row: key/value null, partition/offset/timestampType -1, heartbeat true."""
     return pa.RecordBatch.from_arrays(
         [
@@ -60,12 +67,15 @@ def heartbeat_batch(topic: str, ts_ms: int) -> pa.RecordBatch:
             pa.array([ts_ms * 1000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
             pa.array([-1], pa.int32()),
             pa.array([True], pa.bool_()),
+            _late_before(1, late_before_ms),
         ],
         schema=ARROW_SCHEMA,
     )
 
 
-def _to_batch(msgs: list[Message], topic: str, partition: int) -> pa.RecordBatch:
+def _to_batch(
+    msgs: list[Message], topic: str, partition: int, late_before_ms: int | None
+) -> pa.RecordBatch:
     n = len(msgs)
     # One (type, ms) pair per record; numpy converts the list of tuples in C.
     stamps = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
@@ -83,15 +93,21 @@ def _to_batch(msgs: list[Message], topic: str, partition: int) -> pa.RecordBatch
             micros.cast(pa.timestamp("us", tz="UTC")),
             pa.array(types - 1),
             pa.repeat(pa.scalar(False), n),
+            _late_before(n, late_before_ms),
         ],
         schema=ARROW_SCHEMA,
     )
 
 
 def read_range(
-    options: SourceOptions, rng: OffsetRange, batch_rows: int = BATCH_ROWS
+    options: SourceOptions,
+    rng: OffsetRange,
+    batch_rows: int = BATCH_ROWS,
+    late_before_ms: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Read offsets [rng.start, rng.end) of one partition as Arrow batches (executor side).
+
+    Every row carries `late_before_ms` (the batch's watermark for late records; None: unknown).
 
     Reads until the consumer's position reaches rng.end: control records and aborted records
     occupy offsets but are never returned, so counting records would wait forever.
@@ -102,15 +118,19 @@ def read_range(
     """
     consumer = new_consumer(options.consumer_conf("executor"))
     try:
-        yield from _read(consumer, options, rng, batch_rows)
+        yield from _read(consumer, options, rng, batch_rows, late_before_ms)
     finally:
         consumer.close()
 
 
 def _read(
-    consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int
+    consumer: Consumer,
+    options: SourceOptions,
+    rng: OffsetRange,
+    batch_rows: int,
+    late_before_ms: int | None,
 ) -> Iterator[pa.RecordBatch]:
-    state = _ReadState(rng.start)
+    state = _ReadState(rng.start, late_before_ms)
     consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
     while state.pos < rng.end:
         # Message objects are GC-tracked: no collections while a batch of them is built.
@@ -123,11 +143,12 @@ def _read(
 class _ReadState:
     """Where a range read stands: the next offset, and when it last moved."""
 
-    __slots__ = ("pos", "last_progress")
+    __slots__ = ("pos", "last_progress", "late_before_ms")
 
-    def __init__(self, pos: int) -> None:
+    def __init__(self, pos: int, late_before_ms: int | None = None) -> None:
         self.pos = pos
         self.last_progress = time.monotonic()
+        self.late_before_ms = late_before_ms
 
 
 def _next_batch(
@@ -168,7 +189,7 @@ def _next_batch(
                 st.pos = max(st.pos, offset_of(msgs[-1]) + 1)
                 st.last_progress = time.monotonic()
             if len(pending) >= batch_rows:
-                return _to_batch(pending, topic, partition)
+                return _to_batch(pending, topic, partition, st.late_before_ms)
         now_pos = consumer.position([where])[0].offset
         if now_pos > st.pos:
             st.pos = now_pos
@@ -178,7 +199,7 @@ def _next_batch(
                 f"no progress reading {topic}/{partition} for {options.poll_timeout_ms} ms "
                 f"(kafkaConsumer.pollTimeoutMs): at offset {st.pos}, reading up to {end}"
             )
-    return _to_batch(pending, topic, partition) if pending else None
+    return _to_batch(pending, topic, partition, st.late_before_ms) if pending else None
 
 
 def _handle_read_error(

@@ -1,29 +1,32 @@
 """Kafka streaming source: `spark.readStream.format("ipcount-kafka")`; driver plans, executors read.
 
-Schema, like Spark's Kafka source plus one column: key binary, value binary, topic string,
+Schema, like Spark's Kafka source plus two columns: key binary, value binary, topic string,
 partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime),
-heartbeat boolean. A heartbeat row (heartbeat=true; key/value null; partition, offset and
-timestampType -1) carries only an event time in `timestamp`, so a watermark can advance when input
-stops. With idleTimeoutMs > 0, once the source is caught up and no record arrived for idleTimeoutMs,
-each trigger may end its batch with one heartbeat at (newest trusted event time + idle wall-clock
-time), at most heartbeatMaxAdvanceMs past that event time and at least heartbeatIntervalMs
-after the previous heartbeat. The newest trusted event time comes from the last records read
-(eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx lines), never more than
-maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with two flush heartbeats
-(the first rides on the batch that reads the last records, the second is a batch of its own):
-availableNowFlush=data puts them at that newest event time, so Spark emits the windows the data
-closed and the checkpoint's watermark stays where the data put it; =all puts them at the cap,
-closing every window (later records of those windows are then late).
-Real records stop heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows.
+heartbeat boolean, late_before timestamp. A heartbeat row (heartbeat=true; key/value null;
+partition, offset and timestampType -1) carries only an event time in `timestamp`, so a watermark
+can advance when input stops. With idleTimeoutMs > 0, once the source is caught up and no record
+arrived for idleTimeoutMs, each trigger may end its batch with one heartbeat at (newest trusted
+event time + idle wall-clock time), at most heartbeatMaxAdvanceMs past that event time and at least
+heartbeatIntervalMs after the previous heartbeat. The newest trusted event time comes from the last
+records read (eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx lines),
+never more than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with two
+flush heartbeats (the first rides on the batch that reads the last records, the second is a batch of
+its own): availableNowFlush=data puts them at that newest event time, so Spark emits the windows the
+data closed and the checkpoint's watermark stays where the data put it; =all puts them at the cap,
+closing every window (later records of those windows are then late). Real records stop heartbeats.
+Heartbeats live in the offset: a replayed batch yields the same rows. With option queryCheckpoint
+(the reading query's checkpointLocation), every row's late_before is the watermark Spark judges this
+batch's late rows by (the previous batch's, from the offset log; see source.checkpoint_log); without
+it, null.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
 maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
 kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
-heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs
-(0 = no bound), availableNowFlush (data | all), brokerQuirks (none | noida-db), and kafka.*
-passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
-read_committed). Lag per partition is reported through
-reportLatestOffset (the Python API has no source-metrics hook).
+heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs (0 =
+no bound), availableNowFlush (data | all), queryCheckpoint, brokerQuirks (none | noida-db), and
+kafka.* passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
+read_committed). Lag per partition is reported through reportLatestOffset (the Python API has no
+source-metrics hook).
 """
 
 from __future__ import annotations
@@ -78,20 +81,31 @@ SCHEMA = StructType(
         StructField("timestamp", TimestampType()),
         StructField("timestampType", IntegerType()),
         StructField("heartbeat", BooleanType()),
+        StructField("late_before", TimestampType()),
     ]
 )
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: an offset range of one topic partition, and/or the batch's heartbeat."""
+    """One Spark task: an offset range of one topic partition, and/or the batch's heartbeat;
+    `late_before_ms`: the batch's watermark for late records (None: unknown)."""
 
-    def __init__(self, rng: OffsetRange | None, heartbeat_ms: int | None = None) -> None:
-        super().__init__((rng, heartbeat_ms))
+    def __init__(
+        self,
+        rng: OffsetRange | None,
+        heartbeat_ms: int | None = None,
+        late_before_ms: int | None = None,
+    ) -> None:
+        super().__init__((rng, heartbeat_ms, late_before_ms))
         self.range = rng
         self.heartbeat_ms = heartbeat_ms
+        self.late_before_ms = late_before_ms
 
     def __repr__(self) -> str:
-        return f"KafkaInputPartition({self.range!r}, heartbeat_ms={self.heartbeat_ms})"
+        return (
+            f"KafkaInputPartition({self.range!r}, heartbeat_ms={self.heartbeat_ms}, "
+            f"late_before_ms={self.late_before_ms})"
+        )
 
 
 class KafkaDataSource(DataSource):
@@ -341,14 +355,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.min_partitions,
             self.options.max_records_per_partition,
         )
-        tasks = [KafkaInputPartition(rng) for rng in ranges]
+        late_before = self._late_before_ms(end)
+        tasks = [KafkaInputPartition(rng, None, late_before) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
             if tasks:
-                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts)
+                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts, late_before)
             else:
-                tasks = [KafkaInputPartition(None, hb.ts)]
+                tasks = [KafkaInputPartition(None, hb.ts, late_before)]
         return tasks
+
+    def _late_before_ms(self, end: dict) -> int | None:
+        """The watermark this batch's late records are judged by (see source.checkpoint_log), or
+        None without option queryCheckpoint. Read from the offset log: a replay gets the same."""
+        if not self.options.query_checkpoint:
+            return None
+        from ipcount.source.checkpoint_log import OffsetLog
+
+        marks = OffsetLog(self.options.query_checkpoint).watermarks_for(end)
+        logger.debug(
+            "batch %d: late before %d ms (watermark %d ms)",
+            marks.batch_id,
+            marks.late_before_ms,
+            marks.watermark_ms,
+        )
+        return marks.late_before_ms
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing is committed to Kafka.
@@ -368,10 +399,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         freeze_long_lived()
         if not isinstance(partition, KafkaInputPartition):
             raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
+        late_before = partition.late_before_ms
         if partition.heartbeat_ms is not None:
-            yield heartbeat_batch(sorted(self.options.topics)[0], partition.heartbeat_ms)
+            topic = sorted(self.options.topics)[0]
+            yield heartbeat_batch(topic, partition.heartbeat_ms, late_before)
         if partition.range is not None:
-            yield from read_range(self.options, partition.range)
+            yield from read_range(self.options, partition.range, late_before_ms=late_before)
 
 
 def _lag_report(

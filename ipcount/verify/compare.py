@@ -1,5 +1,6 @@
-"""Exactness check: compare the sink's results with the ground-truth Ledger (duplicates, missing,
-wrong counts, late windows). Runs in the `ipcount verify` process (driver/CLI side)."""
+"""Exactness check: compare the sink's results (and the late-count corrections) with the
+ground-truth Ledger (duplicates, missing, wrong counts). Runs in the `ipcount verify` process
+(driver/CLI side)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class VerifyReport:
     wrong: int = 0
     late_windows: int = 0
     late_emitted: int = 0
+    # Correction records read from topics.late, and the records they count (None: not read).
+    corrections: int | None = None
+    corrected: int = 0
     isolation: str = "read_committed"
     examples: list[str] = field(default_factory=list)
     total_examples: int = 0
@@ -48,9 +52,14 @@ class VerifyReport:
 
     def summary(self) -> str:
         """One line ending with 'results=N missing=M duplicates=D wrong=W exact=true|false'."""
+        late = (
+            f"corrections={self.corrections} corrected={self.corrected} "
+            if self.corrections is not None
+            else ""
+        )
         return (
             f"isolation={self.isolation} records={self.records} expected={self.expected} "
-            f"late_windows={self.late_windows} late_emitted={self.late_emitted} "
+            f"late_windows={self.late_windows} late_emitted={self.late_emitted} {late}"
             f"results={self.results} missing={self.missing} duplicates={self.duplicates} "
             f"wrong={self.wrong} exact={'true' if self.exact else 'false'}"
         )
@@ -61,7 +70,10 @@ def _fmt(key: tuple[int, str]) -> str:
 
 
 def compare(
-    results: Iterable[tuple[str, IpCount | None]], ledger: Ledger, isolation: str = "read_committed"
+    results: Iterable[tuple[str, IpCount | None]],
+    ledger: Ledger,
+    isolation: str = "read_committed",
+    corrections: Iterable[tuple[str, IpCount | None]] | None = None,
 ) -> VerifyReport:
     """Judge every result against the ledger.
 
@@ -69,15 +81,21 @@ def compare(
         results: (where, record) per sink record; record None means it could not be decoded
             (`where` then holds the reason). Each counts as a result.
         ledger: the merged ground truth.
+        corrections: the late-count corrections (topics.late), same form; None when the job
+            writes none (job.late_corrections = false).
 
-    Rules: a (window_start, ip) key seen twice is a duplicate. An on-time window must have
-    exactly its ledger count (a missing key is missing, another count is wrong). A window holding
-    only deliberately late records may be emitted (Spark had not yet passed it) with at most the
-    late count (reported as late_emitted). Keys in no ledger, and wrong window lengths, are wrong.
+    Rules: a (window_start, ip) key seen twice in the sink is a duplicate; keys in no ledger, and
+    wrong window lengths, are wrong. With corrections, every key's final count plus its
+    corrections must equal the ledger's total (on-time plus late records): a short total is
+    missing (nothing at all) or wrong. Without them, an on-time window must have exactly its
+    ledger count, and a window holding only deliberately late records may be emitted (Spark had
+    not yet passed it) with at most the late count (reported as late_emitted).
     """
     report = VerifyReport(
         expected=len(ledger.counts), late_windows=len(ledger.late_counts), isolation=isolation
     )
+    if corrections is not None:
+        return _compare_totals(results, corrections, ledger, report)
     seen: Counter[tuple[int, str]] = Counter()
     for where, rec in results:
         report.records += 1
@@ -119,22 +137,94 @@ def compare(
     return report
 
 
+def _decoded(
+    rows: Iterable[tuple[str, IpCount | None]],
+    window_ms: int,
+    report: VerifyReport,
+    what: str,
+) -> Iterable[tuple[tuple[int, str], IpCount, str]]:
+    """Decodable records of the right window length; the others are noted as wrong."""
+    for where, rec in rows:
+        if rec is None:
+            report.wrong += 1
+            report.note(f"undecodable {what} {where}")
+        elif rec.window_end - rec.window_start != window_ms:
+            report.wrong += 1
+            report.note(
+                f"wrong window in {what} {_fmt((rec.window_start, rec.ip))}: length "
+                f"{rec.window_end - rec.window_start} ms, ledger windows are {window_ms} ms, "
+                f"at {where}"
+            )
+        else:
+            yield (rec.window_start, rec.ip), rec, where
+
+
+def _compare_totals(
+    results: Iterable[tuple[str, IpCount | None]],
+    corrections: Iterable[tuple[str, IpCount | None]],
+    ledger: Ledger,
+    report: VerifyReport,
+) -> VerifyReport:
+    finals: dict[tuple[int, str], int] = {}
+    fixes: Counter[tuple[int, str]] = Counter()
+    report.corrections = 0
+    for where, rec in results:
+        report.records += 1
+        for key, one, at in _decoded([(where, rec)], ledger.window_ms, report, "result"):
+            if key in finals:
+                report.duplicates += 1
+                report.note(f"duplicate {_fmt(key)} count={one.count} at {at}")
+                continue
+            report.results += 1
+            finals[key] = one.count
+            report.late_emitted += max(0, one.count - ledger.counts.get(key, 0))
+    for key, one, _at in _decoded(corrections, ledger.window_ms, report, "correction"):
+        report.corrections += 1
+        report.corrected += one.count
+        fixes[key] += one.count
+    for key in sorted(set(finals) | set(fixes) | set(ledger.counts) | set(ledger.late_counts)):
+        expected = ledger.counts.get(key, 0) + ledger.late_counts.get(key, 0)
+        final, fix = finals.get(key), fixes.get(key, 0)
+        total = (final or 0) + fix
+        if total == expected:
+            continue
+        if expected == 0:
+            report.wrong += 1
+            report.note(f"unexpected {_fmt(key)} final={final} corrections={fix} (not in ledger)")
+        elif final is None and fix == 0:
+            report.missing += 1
+            report.note(f"missing {_fmt(key)} expected count={expected}")
+        else:
+            report.wrong += 1
+            report.note(
+                f"wrong {_fmt(key)}: final={final} + corrections={fix} = {total}, expected "
+                f"{expected} (on time {ledger.counts.get(key, 0)}, late "
+                f"{ledger.late_counts.get(key, 0)})"
+            )
+    return report
+
+
 def read_results(
-    settings: Settings, isolation: str = "read_committed", deadline_seconds: float = 120.0
+    settings: Settings,
+    isolation: str = "read_committed",
+    deadline_seconds: float = 120.0,
+    topic: str | None = None,
 ) -> Iterable[tuple[str, IpCount | None]]:
-    """Every record of topics.sink from the beginning to its current end, decoded.
+    """Every record of topics.sink (or `topic`, e.g. topics.late) from the beginning to its
+    current end, decoded.
 
     Undecodable records come back as (reason, None) so verify counts them instead of stopping.
     """
-    codec = make_codec(
-        settings.sink.wire_format, settings.sink.schema_registry_url, settings.topics.sink
-    )
+    name = topic or settings.topics.sink
+    codec = make_codec(settings.sink.wire_format, settings.sink.schema_registry_url, name)
     conf = settings.kafka.to_librdkafka("consumer")
+    setting = "topics.late" if name == settings.topics.late else "topics.sink"
     with TopicReader(
         conf,
-        settings.topics.sink,
+        name,
         isolation=isolation,
         timeout=settings.kafka.connect_timeout_seconds,
+        topic_setting=setting,
     ) as reader:
         rec: SinkRecord
         for rec in reader.read_to_end(deadline_seconds):
@@ -149,6 +239,15 @@ def verify_sink(
     ledger: Ledger,
     isolation: str = "read_committed",
     deadline_seconds: float = 120.0,
+    with_late: bool | None = None,
 ) -> VerifyReport:
-    """Read the whole sink topic with `isolation` and compare it with `ledger`."""
-    return compare(read_results(settings, isolation, deadline_seconds), ledger, isolation)
+    """Read the whole sink topic (and, with `with_late`, default job.late_corrections, the late
+    corrections) with `isolation` and compare them with `ledger`."""
+    late = settings.job.late_corrections if with_late is None else with_late
+    corrections = (
+        list(read_results(settings, isolation, deadline_seconds, settings.topics.late))
+        if late
+        else None
+    )
+    results = read_results(settings, isolation, deadline_seconds)
+    return compare(results, ledger, isolation, corrections)

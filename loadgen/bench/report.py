@@ -46,7 +46,7 @@ class PhaseTotals:
     state_commit: float = 0.0
     state_rows_peak: int = 0
     state_memory_peak: int = 0
-    late_rows: int = 0
+    dropped_rows: int = 0
     data_trigger: float = 0.0
 
     @property
@@ -90,7 +90,7 @@ def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:
             t.state_updates += _ms(op, "allUpdatesTimeMs")
             t.state_removals += _ms(op, "allRemovalsTimeMs")
             t.state_commit += _ms(op, "commitTimeMs")
-            t.late_rows += int(op.get("numRowsDroppedByWatermark") or 0)
+            t.dropped_rows += int(op.get("numRowsDroppedByWatermark") or 0)
         t.state_rows_peak = max(
             t.state_rows_peak, sum(int(op.get("numRowsTotal") or 0) for op in p["stateOperators"])
         )

@@ -131,7 +131,7 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     lines.append(
         f"bench: state_s updates={ph.state_updates:.1f} removals={ph.state_removals:.1f} "
         f"commit={ph.state_commit:.1f} rows_peak={ph.state_rows_peak} "
-        f"memory_peak_MB={ph.state_memory_peak / 2**20:.0f} late_rows={ph.late_rows}"
+        f"memory_peak_MB={ph.state_memory_peak / 2**20:.0f} dropped_rows={ph.dropped_rows}"
     )
     m = job.memory
     lines.append(

@@ -43,8 +43,8 @@ def _python_verdict(line: bytes) -> tuple[str | None, int | None]:
 
 def test_spark_parser_matches_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
     hb_time = datetime.fromtimestamp(MS / 1000 + 60, UTC)
-    rows = [(None, line, "t", 0, i, hb_time, 0, False) for i, line in enumerate(LINES)]
-    rows.append((None, None, None, -1, len(LINES), hb_time, -1, True))
+    rows = [(None, line, "t", 0, i, hb_time, 0, False, None) for i, line in enumerate(LINES)]
+    rows.append((None, None, None, -1, len(LINES), hb_time, -1, True, None))
     df = spark.createDataFrame(rows, SCHEMA)
     out = {r["offset"]: r for r in parse_access_records(df, 8192).collect()}
     for i, line in enumerate(LINES):

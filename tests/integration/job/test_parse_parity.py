@@ -142,7 +142,7 @@ def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
 @given(batch=st.lists(lines(), min_size=60, max_size=120))
 def test_jvm_and_python_parsers_agree_on_hostile_lines(spark, batch: list[bytes]) -> None:  # type: ignore[no-untyped-def]
     now = datetime.now(UTC)
-    rows = [(None, bytearray(line), "t", 0, i, now, 0, False) for i, line in enumerate(batch)]
+    rows = [(None, bytearray(line), "t", 0, i, now, 0, False, None) for i, line in enumerate(batch)]
     df = spark.createDataFrame(rows, SCHEMA)  # the source's own schema
     now_ms = int(time.time() * 1000)
     out = {r["offset"]: r for r in parse_access_records(df, MAX_BYTES, SKEW_MS).collect()}

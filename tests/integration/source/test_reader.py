@@ -146,7 +146,7 @@ def test_exact_records_across_limited_batches_restart_and_new_partition(
     rows = sink.rows()
     got = [(r[3], r[4]) for r in rows]
     assert len(got) == len(set(got)) == len(expected) == 1_250, "no duplicates, no gaps"
-    for key, value, t, partition, offset, ts, ts_type, heartbeat in rows:
+    for key, value, t, partition, offset, ts, ts_type, heartbeat, _late_before in rows:
         assert (key, value) == (expected[(partition, offset)][0],) * 2
         assert int(ts.timestamp() * 1000) == expected[(partition, offset)][1]
         assert (t, ts_type, heartbeat) == (topic, 0, False)

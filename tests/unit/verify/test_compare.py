@@ -83,3 +83,35 @@ def test_examples_are_capped() -> None:
         ledger.add(i * W, "10.0.0.1")
     report = compare([], ledger)
     assert report.missing == 25 and len(report.examples) == 10 and report.total_examples == 25
+
+
+def test_with_corrections_final_plus_corrections_must_equal_every_total() -> None:
+    ledger = _ledger()
+    ledger.add_late(0, "10.0.0.1", 2)  # 2 more records of an emitted window, arriving late
+    # The late-only window arrives in two corrections; [0, W) 10.0.0.1 in one.
+    fixes = [_r(0, "10.0.0.1", 2), _r(20 * W, "10.0.0.9", 1), _r(20 * W, "10.0.0.9", 3)]
+    report = compare(EXACT, ledger, corrections=fixes)
+    assert report.exact, report.examples
+    assert (report.corrections, report.corrected) == (3, 6)
+    assert " corrections=3 corrected=6 " in report.summary()
+
+
+def test_with_corrections_a_lost_or_doubled_correction_is_not_exact() -> None:
+    ledger = _ledger()
+    lost = compare(EXACT, ledger, corrections=[])
+    assert lost.missing == 1 and not lost.exact  # the late-only window: nothing anywhere
+    short = compare(EXACT, ledger, corrections=[_r(20 * W, "10.0.0.9", 3)])
+    assert short.wrong == 1 and "expected 4" in short.examples[0]
+    doubled = compare(
+        EXACT, ledger, corrections=[_r(20 * W, "10.0.0.9", 4), _r(20 * W, "10.0.0.9", 4)]
+    )
+    assert doubled.wrong == 1 and not doubled.exact
+    stray = compare(EXACT, ledger, corrections=[_r(20 * W, "10.0.0.9", 4), _r(0, "10.9.9.9", 1)])
+    assert stray.wrong == 1 and "not in ledger" in stray.examples[0]
+
+
+def test_with_corrections_a_late_record_counted_in_its_final_is_exact() -> None:
+    """A late record read before its window was emitted is in the final count: no correction."""
+    ledger = _ledger()
+    report = compare([*EXACT, _r(20 * W, "10.0.0.9", 4)], ledger, corrections=[])
+    assert report.exact and report.late_emitted == 4

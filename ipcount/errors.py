@@ -14,6 +14,7 @@ __all__ = [
     "TransactionAbortedError",
     "FatalKafkaError",
     "BrokerError",
+    "SinkHistoryError",
 ]
 
 
@@ -66,3 +67,9 @@ class TransactionAbortedError(SinkError):
 
 class FatalKafkaError(SinkError):
     """The producer cannot go on (fenced by a newer instance, or a fatal error): restart the job."""
+
+
+class SinkHistoryError(IpcountError):
+    """Spark's checkpoint and the sink's committed history disagree (a deleted or restored
+    checkpoint, a second query on the same sink, a commit the broker lost): the job stops rather
+    than count anything twice or skip it. The message names both sides and how to recover."""

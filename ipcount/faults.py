@@ -1,7 +1,10 @@
 """Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId,..." makes `fault_point`
 SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver).
 "point@batchId/stop" SIGSTOPs this process there instead (once per process): a writer frozen in its
-open transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside."""
+open transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside.
+"point@batchId/abort" raises TransactionAbortedError there instead, once per job: an abortable
+Kafka error, which the job's restart strategy must survive (fired faults are remembered in the
+directory IPCOUNT_FAULTS_STATE when set, else per process)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import logging
 import os
 import signal
 
-from ipcount.errors import ConfigError
+from ipcount.errors import ConfigError, TransactionAbortedError
 
 __all__ = [
     "ENV_VAR",
@@ -25,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 ENV_VAR = "IPCOUNT_FAULTS"
 STOP_SUFFIX = "/stop"
+ABORT_SUFFIX = "/abort"
+# Where "/abort" faults record that they fired, so a restarted query in a new worker goes through.
+STATE_ENV_VAR = "IPCOUNT_FAULTS_STATE"
 # The process group to kill. Spark runs the sink's commit in a Python worker forked by the pyspark
 # daemon, which makes its own process group: killing that group leaves the driver JVM alive.
 # The driver pins its own group here before Spark starts, so a fault kills the whole job.
@@ -53,7 +59,7 @@ def parse_faults(spec: str) -> frozenset[tuple[str, int]]:
         entry = raw.strip()
         if not entry:
             continue
-        entry = entry.removesuffix(STOP_SUFFIX)
+        entry = entry.removesuffix(STOP_SUFFIX).removesuffix(ABORT_SUFFIX)
         point, sep, batch = entry.partition("@")
         point = point.strip()
         if not sep or not batch.strip().lstrip("-").isdigit():
@@ -94,6 +100,10 @@ def fault_point(name: str, batch_id: int) -> None:
         return
     if (name, batch_id) not in parse_faults(spec):
         return
+    entries = {e.strip() for e in spec.split(",")}
+    if f"{name}@{batch_id}{ABORT_SUFFIX}" in entries:
+        _abort_once(name, batch_id)
+        return
     entry = f"{name}@{batch_id}{STOP_SUFFIX}"
     if entry in (e.strip() for e in spec.split(",")):
         if entry in _stopped:  # once per process: the retried batch then goes through
@@ -118,6 +128,23 @@ def fault_point(name: str, batch_id: int) -> None:
     # point, e.g. commit the transaction a sink.before_commit crash must leave open. Kill its
     # own group too (the daemon and its workers: all part of the crashed job).
     os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _abort_once(name: str, batch_id: int) -> None:
+    key = f"{name}@{batch_id}{ABORT_SUFFIX}"
+    state = os.environ.get(STATE_ENV_VAR, "")
+    flag = os.path.join(state, key.replace("/", "_") + ".fired") if state else ""
+    if key in _stopped or (flag and os.path.exists(flag)):
+        return
+    _stopped.add(key)
+    if flag:
+        with open(flag, "w", encoding="utf-8") as fh:
+            fh.write(str(os.getpid()))
+    logger.error("fault injection: %s@%d: an abortable Kafka error", name, batch_id)
+    _record(f"fault injection: {name}@{batch_id}: abortable error in pid {os.getpid()}\n")
+    raise TransactionAbortedError(
+        f"fault injection at {name} of batch {batch_id}: the transaction was aborted"
+    )
 
 
 def _record(line: str) -> None:

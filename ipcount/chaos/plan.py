@@ -37,6 +37,8 @@ BROKER_RESTART = "broker-restart"
 BROKER_HANG = "broker-hang"
 # The job ended on its own (not planned): it is restarted and reported.
 JOB_EXIT = "job-exit"
+# The job's self-check found a commit the broker acknowledged and lost: the round ends, reported.
+BROKER_LOSS = "broker-loss-detected"
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class ChaosEvent:
     injected: bool = True
     # The signal a broker event sent (SIGTERM, SIGKILL or SIGSTOP).
     signal: str = ""
+    # Seconds from the fault to the next batch in Spark's commit log (None: not seen).
+    recovery_s: float | None = None
 
     def line(self) -> str:
         batch = "-" if self.batch is None else str(self.batch)
@@ -186,6 +190,19 @@ class ChaosReport:
             return 0
         return max(0, self.uncommitted.duplicates - self.committed.duplicates)
 
+    def recoveries(self) -> list[float]:
+        """Recovery seconds of the faults that were injected and recovered from."""
+        return sorted(e.recovery_s for e in self.events if e.recovery_s is not None)
+
+    def recovery_figures(self) -> str:
+        """'recovery_s_p50=X recovery_s_max=Y' (median and maximum; '-' without faults)."""
+        got = self.recoveries()
+        if not got:
+            return "recovery_s_p50=- recovery_s_max=-"
+        mid = len(got) // 2
+        p50 = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+        return f"recovery_s_p50={p50:.1f} recovery_s_max={got[-1]:.1f}"
+
     def summary(self) -> str:
         results = self.committed.results if self.committed is not None else 0
         return (
@@ -198,5 +215,5 @@ class ChaosReport:
             f"unconfirmed_faults={len(self.unconfirmed)} job_starts={self.job_starts} "
             f"records={self.records} "
             f"results={results} duplicates_prevented={self.duplicates_prevented} "
-            f"seconds={self.seconds:.0f} seed={self.seed}"
+            f"seconds={self.seconds:.0f} seed={self.seed} {self.recovery_figures()}"
         )

@@ -138,5 +138,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if options.use_configured_broker:
         _say(f"re-check any time: {report.verify_command}")
     if committed is not None:
-        print(committed.summary(), flush=True)
+        print(f"{report.recovery_figures()} {committed.summary()}", flush=True)
     return 0 if report.ok else 1

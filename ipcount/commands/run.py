@@ -31,15 +31,24 @@ def register(sub: Any) -> None:
         action="store_true",
         help="with --available-now: the input is finished, so emit every window, also those whose "
         "end the data has not passed yet. Records that arrive later for those windows are late "
-        "(not counted). Without it a bounded run emits only the windows its data closed and the "
-        "next run continues where the data left event time: periodic runs lose nothing",
+        "(counted as late corrections). Without it a bounded run emits only the windows its data "
+        "closed and the next run continues where the data left event time: periodic runs lose "
+        "nothing",
+    )
+    p.add_argument(
+        "--new-query",
+        action="store_true",
+        help="this checkpoint is new but the sink already holds another query's output from the "
+        "same source (a deleted or replaced checkpoint): start where that output ends instead "
+        "of refusing. Windows still open in the old query when it stopped then get only their "
+        "later records",
     )
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from ipcount.job.pipeline import run_job
+    from ipcount.job.runner import run_job
 
     if args.close_all_windows and not args.available_now:
         raise ConfigError("--close-all-windows needs --available-now (a bounded run)")
@@ -48,4 +57,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         available_now=args.available_now,
         timeout=args.timeout,
         close_all_windows=args.close_all_windows,
+        new_query=args.new_query,
     )

@@ -28,6 +28,7 @@ _NOT_SETTINGS = frozenset(
         "IPCOUNT_FAULTS",
         "IPCOUNT_FAULTS_PGID",
         "IPCOUNT_FAULTS_LOG",
+        "IPCOUNT_FAULTS_STATE",
     }
 )
 

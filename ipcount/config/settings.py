@@ -113,10 +113,20 @@ class JobSettings:
     max_future_skew_seconds: float = 300.0
     # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
     dead_letter: bool = False
+    # Dead letters longer than this are truncated to it (headers keep the original size and the
+    # source coordinates), so any record the source holds can be dead-lettered.
+    dead_letter_max_bytes: int = 65536
+    # A read task hands records to Spark in Arrow batches of at most this many value bytes.
+    max_bytes_per_batch: int = 16 * 1024 * 1024
     # Records that arrive after their window's result was emitted are written to topics.late as
     # corrections (same transaction as the batch). Needs the checkpoint readable from Python
     # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
     late_corrections: bool = True
+    # Restart strategy (like Flink's fixed-delay): a failed query is restarted inside the running
+    # driver up to this many times, this long apart. Fatal failures (fenced, config, a checkpoint
+    # that does not match the sink) stop at once.
+    restart_attempts: int = 3
+    restart_delay_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -280,6 +290,14 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
     if s.job.max_future_skew_seconds <= 0:
         fail("job", "max_future_skew_seconds", "must be positive")
+    if s.job.dead_letter_max_bytes < 1024:
+        fail("job", "dead_letter_max_bytes", "must be at least 1024")
+    if s.job.max_bytes_per_batch < 1024:
+        fail("job", "max_bytes_per_batch", "must be at least 1024")
+    if s.job.restart_attempts < 0:
+        fail("job", "restart_attempts", "must be 0 (no restarts) or more")
+    if s.job.restart_delay_seconds < 0:
+        fail("job", "restart_delay_seconds", "must not be negative")
     if s.broker.start_timeout_seconds <= 0:
         fail("broker", "start_timeout_seconds", "must be positive")
     if s.kafka.broker_quirks not in ("auto", "noida-db", "none"):

@@ -108,6 +108,7 @@ def parse_access_records(
     # in the verdict below, Spark evaluated them several times per record (measured: the parse
     # took ~40% more time, the job's map stages ~30% more JVM CPU).
     extracted = source.select(
+        F.col("topic"),
         F.col("partition"),
         F.col("offset"),
         F.col("key"),
@@ -148,6 +149,7 @@ def parse_access_records(
         )
     )
     return extracted.select(
+        F.col("topic"),
         F.col("partition"),
         F.col("offset"),
         F.col("key"),

@@ -8,21 +8,21 @@ Run it with `ipcount run`, or with spark-submit (the same CLI):
 from __future__ import annotations
 
 import logging
-import signal
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from ipcount.checkpoint.offset_log import absolute_location, check_readable
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
+from ipcount.job.history import check_sink_history
 from ipcount.job.parse import parse_access_records
 from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topics import missing_topics
+from ipcount.sink.fencing import fence_predecessors
+from ipcount.sink.txn_config import default_transactional_id
 from ipcount.sink.writer import sink_options
-from ipcount.source.checkpoint_log import check_readable
 
 __all__ = [
     "JobQueries",
@@ -31,7 +31,6 @@ __all__ = [
     "classify_late",
     "preflight",
     "start_job",
-    "run_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,6 +80,7 @@ def source_options(
         "startingOffsets": job.starting_offsets,
         "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
         "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
+        "maxBytesPerBatch": str(job.max_bytes_per_batch),
     }
     if job.min_partitions:
         opts["minPartitions"] = str(job.min_partitions)
@@ -223,18 +223,39 @@ def start_job(
     available_now: bool = False,
     checked: bool = False,
     close_all_windows: bool = False,
+    new_query: bool = False,
 ) -> JobQueries:
     """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
-    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window."""
+    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window;
+    `new_query`: this checkpoint is new and the sink holds another query's output: start where
+    that output ends (see sink.history).
+
+    Raises:
+        SinkHistoryError: the checkpoint and the sink's history disagree.
+    """
     if not checked:
         preflight(settings)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id = checkpoint_query_id(spark, checkpoint)
+    # A predecessor killed inside a transaction would hold the progress topic's read_committed
+    # readers back: end it first (both queries share that topic).
+    ids = [query_id]
+    if settings.job.dead_letter:
+        ids.append(checkpoint_query_id(spark, checkpoint + "-dead-letter"))
+    fence_predecessors(
+        settings.kafka.to_librdkafka("producer"),
+        [default_transactional_id(q) for q in ids],
+        settings.sink.transaction_timeout_ms,
+        settings.sink.retry_deadline_seconds,
+    )
+    settings, run_id = check_sink_history(
+        settings, query_id, checkpoint, settings.topics.sink, new_query
+    )
     corrections = settings.job.late_corrections
     opts = source_options(
         settings,
         close_all_windows=close_all_windows,
-        query_checkpoint=_local_absolute(checkpoint) if corrections else "",
+        query_checkpoint=absolute_location(checkpoint) if corrections else "",
     )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
     parsed = _observe_quality(classify_late(_parse(source, settings), settings))
@@ -246,7 +267,14 @@ def start_job(
         .queryName(QUERY_NAME)
         .option("checkpointLocation", checkpoint)
         .options(
-            **sink_options(settings, query_id, topic=settings.topics.sink, late_topic=late_topic)
+            **sink_options(
+                settings,
+                query_id,
+                topic=settings.topics.sink,
+                late_topic=late_topic,
+                checkpoint=absolute_location(checkpoint),
+                run_id=run_id,
+            )
         )
     )
     counts_query = _trigger(writer, settings, available_now).start()
@@ -261,16 +289,9 @@ def start_job(
     queries = JobQueries(counts_query)
     if settings.job.dead_letter:
         queries.dead_letter = _start_dead_letter(
-            spark, settings, checkpoint + "-dead-letter", available_now
+            spark, settings, checkpoint + "-dead-letter", available_now, new_query
         )
     return queries
-
-
-def _local_absolute(location: str) -> str:
-    """A local checkpoint path as the source's planner process must see it (any working dir)."""
-    import os
-
-    return location if "://" in location else os.path.abspath(location)
 
 
 def _parse(source: Any, settings: Settings) -> Any:
@@ -278,103 +299,60 @@ def _parse(source: Any, settings: Settings) -> Any:
     return parse_access_records(source, job.max_record_bytes, _ms(job.max_future_skew_seconds))
 
 
-def _start_dead_letter(spark: Any, settings: Settings, checkpoint: str, available_now: bool) -> Any:
+def _start_dead_letter(
+    spark: Any, settings: Settings, checkpoint: str, available_now: bool, new_query: bool
+) -> Any:
     """Records not counted (malformed, future), raw, to topics.dead_letter with their reason in
     the header `ipcount.reason`: a stateless query with its own checkpoint."""
     from pyspark.sql import functions as F
 
     query_id = checkpoint_query_id(spark, checkpoint)
+    settings, run_id = check_sink_history(
+        settings, query_id, checkpoint, settings.topics.dead_letter, new_query
+    )
     source = (
         spark.readStream.format("ipcount-kafka")
         .options(**source_options(settings, heartbeats=False))
         .load()
     )
     bad = _parse(source, settings).where(F.col("malformed") | F.col("future"))
+    # A dead letter must be writable whatever the source held (a record near the broker's size
+    # limit would fail the transaction on every replay): long ones are cut, their headers say
+    # how long they were and where the whole record is.
+    limit = settings.job.dead_letter_max_bytes
+    size = F.octet_length(F.col("value"))
+    cut = F.coalesce(size > F.lit(limit), F.lit(False))
+    where = F.concat(
+        F.col("topic"),
+        F.lit("/"),
+        F.col("partition").cast("string"),
+        F.lit("@"),
+        F.col("offset").cast("string"),
+    )
     writer = (
-        bad.select("key", "value", "reason")
+        bad.select(
+            F.col("key"),
+            F.when(cut, F.substring(F.col("value"), 1, limit))
+            .otherwise(F.col("value"))
+            .alias("value"),
+            F.col("reason"),
+            where.alias("source"),
+            F.when(cut, size.cast("long")).alias("original_size"),
+        )
         .writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
         .queryName(DEAD_LETTER_QUERY_NAME)
         .option("checkpointLocation", checkpoint)
-        .options(**sink_options(settings, query_id, topic=settings.topics.dead_letter, mode="raw"))
+        .options(
+            **sink_options(
+                settings,
+                query_id,
+                topic=settings.topics.dead_letter,
+                mode="raw",
+                checkpoint=absolute_location(checkpoint),
+                run_id=run_id,
+            )
+        )
     )
     logger.info("started query %s -> %s", DEAD_LETTER_QUERY_NAME, settings.topics.dead_letter)
     return _trigger(writer, settings, available_now).start()
-
-
-def run_job(
-    settings: Settings,
-    *,
-    available_now: bool = False,
-    timeout: float | None = None,
-    spark: Any = None,
-    close_all_windows: bool = False,
-) -> int:
-    """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails.
-
-    Returns:
-        0 when the queries stopped cleanly, 1 when one failed.
-    """
-    from ipcount.job.progress import ProgressLogger
-    from ipcount.job.session import build_session
-
-    # Before Spark starts: a wrong setting or a missing topic fails in a second, not after ~15 s.
-    preflight(settings)
-    session = spark if spark is not None else build_session(settings)
-    listener = ProgressLogger()
-    session.streams.addListener(listener)
-    stop = threading.Event()
-    previous: dict[int, Any] = {}
-
-    def _request_stop(signum: int, _frame: Any) -> None:
-        logger.info(
-            "received %s: stopping after the current micro-batch", signal.Signals(signum).name
-        )
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, _request_stop)
-    queries = start_job(
-        session,
-        settings,
-        available_now=available_now,
-        checked=True,
-        close_all_windows=close_all_windows,
-    )
-    deadline = None if timeout is None else time.monotonic() + timeout
-    failed = False
-    try:
-        while not stop.is_set():
-            active = [q for q in queries.all() if q.isActive]
-            for q in queries.all():
-                if not q.isActive and q.exception() is not None:
-                    failed = True
-            if failed or not active:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                logger.info("run time of %gs reached: stopping", timeout)
-                break
-            active[0].awaitTermination(0.5)
-    finally:
-        for q in queries.all():
-            if q.isActive:
-                q.stop()
-        for q in queries.all():
-            exc = q.exception()
-            if exc is not None:
-                failed = True
-                logger.error("query %s failed: %s", q.name, _short(exc))
-        session.streams.removeListener(listener)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return 1 if failed else 0
-
-
-def _short(exc: Any) -> str:
-    text = str(exc)
-    # Spark wraps Python errors in long JVM traces: keep the ipcount message when there is one.
-    for line in text.splitlines():
-        if "ipcount.errors." in line or "Error:" in line and "ipcount" in line:
-            return line.strip()
-    return text.splitlines()[0] if text else repr(exc)

@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from ipcount.checkpoint.offset_log import OffsetLog
+from ipcount.checkpoint.receipts import Receipt, ReceiptLog
 from ipcount.errors import ConfigError, FatalKafkaError, SinkError, TransactionAbortedError
 from ipcount.faults import fault_point
 from ipcount.kafka.client import (
@@ -20,8 +22,9 @@ from ipcount.kafka.client import (
     transaction_timeout_error,
     with_client_logging,
 )
-from ipcount.kafka.consume import TopicReader
-from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig, run_started_ms
+from ipcount.sink.fencing import superseded_by
+from ipcount.sink.history import check_checkpoint, check_replay, read_markers
+from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
 
 __all__ = ["TxnSession", "session_for", "abort_open_transaction"]
 
@@ -47,6 +50,8 @@ class TxnSession:
         self.last_committed: int | None = None
         # The run id in the newest progress marker (who committed last_committed).
         self.last_run_id: str = ""
+        # The newest progress marker of this query (None: it has committed nothing).
+        self.last_marker: dict[str, Any] | None = None
         self._producer: Any = None
         self._in_transaction = False
 
@@ -79,6 +84,8 @@ class TxnSession:
         try:
             self._call("init_transactions", lambda t: producer.init_transactions(t))
             self.last_committed, self.last_run_id = self._read_progress()
+            if cfg.checkpoint:
+                check_checkpoint(self.last_marker, cfg.checkpoint, cfg.topic)
         except BaseException:
             # Never keep a producer whose last committed batch is unknown: it could rewrite one.
             self._discard()
@@ -111,34 +118,33 @@ class TxnSession:
         except FatalKafkaError as exc:
             if not cached or not _is_fenced(exc):
                 raise
-        # This process's producer was fenced since its last commit. The fencer is either a newer
-        # job on the same checkpoint (then this one must stop) or another Python worker of this
-        # very job: Spark may run one query's commits in different reused workers, each with its
-        # own producer for the transactional.id. Re-initialising fences the other producer and
-        # re-reads the progress marker, so a batch the fencer committed is skipped, never doubled.
+        # Fenced since the last commit: by a newer start (stop once it committed: sink.fencing)
+        # or by another Python worker of this job (Spark reuses workers; re-initialising re-reads
+        # the marker, so a batch the fencer committed is skipped, never doubled).
+        self._stop_if_superseded(batch_id)
         logger.warning(
-            "batch %d: producer for %s was fenced since the last commit; re-initialising",
+            "batch %d: producer for %s was fenced (by another worker of this job, or by a newer "
+            "start that has committed nothing); re-initialising",
             batch_id,
             self.config.transactional_id,
         )
         self.start()
-        if self._newer_run_committed():
-            self._discard()
-            raise FatalKafkaError(
-                f"batch {batch_id}: a newer job (run {self.last_run_id}) is writing with the same "
-                f"transactional.id {self.config.transactional_id!r} (query "
-                f"{self.config.query_id}): two jobs are using the same checkpoint; this one "
-                f"(run {self.config.run_id}) stops, the newer one continues"
-            )
         # Fenced again within this one batch: another job is committing right now.
         return self._commit_once(batch_id, batch)
 
-    def _newer_run_committed(self) -> bool:
-        mine = self.config.run_id
-        theirs = self.last_run_id
-        if not mine or not theirs or theirs == mine:
-            return False
-        return run_started_ms(theirs) > run_started_ms(mine)
+    def _stop_if_superseded(self, batch_id: int) -> None:
+        """Raise FatalKafkaError when a start announced after this one has committed a batch."""
+        cfg = self.config
+        theirs = superseded_by(cfg)
+        if theirs is None:
+            return
+        self._discard()
+        raise FatalKafkaError(
+            f"batch {batch_id}: fenced for good: a newer start of this query (run {theirs}) has "
+            f"taken over transactional.id {cfg.transactional_id!r} (query {cfg.query_id}) and "
+            f"committed: two jobs are using the same checkpoint. This one (run {cfg.run_id}) "
+            "stops and does not fence it back; nothing of its batch was committed"
+        )
 
     def _commit_once(self, batch_id: int, records: list[Record]) -> CommitOutcome:
         started = time.monotonic()
@@ -154,12 +160,24 @@ class TxnSession:
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)
             return CommitOutcome("empty", batch_id, 0, time.monotonic() - started)
+        source_end = self._source_end(batch_id)
         if self.last_committed is not None and batch_id <= self.last_committed:
+            # With a checkpoint to compare with (every Spark job), only the very batch that was
+            # committed, over the same offsets, may be skipped.
+            if self.config.checkpoint:
+                check_replay(
+                    batch_id,
+                    source_end,
+                    self.last_marker,
+                    self.config.checkpoint,
+                    self.config.topic,
+                )
             logger.info(
                 "batch %d already committed (last committed %d): skipping the replay",
                 batch_id,
                 self.last_committed,
             )
+            self._receipt(batch_id, int((self.last_marker or {}).get("records", 0)), source_end)
             return CommitOutcome("replay", batch_id, 0, time.monotonic() - started)
         producer = self._producer
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
@@ -172,6 +190,8 @@ class TxnSession:
                 "runId": self.config.run_id,
                 "records": count,
                 "lateRecords": late,
+                "topic": self.config.topic,
+                "sourceEnd": source_end,
                 "transactionalId": self.config.transactional_id,
                 "committedAtMs": int(time.time() * 1000),
             }
@@ -195,6 +215,8 @@ class TxnSession:
         )
         self._in_transaction = False
         self.last_committed = batch_id
+        self.last_marker = marker
+        self._receipt(batch_id, count + late, source_end)
         fault_point("sink.after_commit", batch_id)
         seconds = time.monotonic() - started
         logger.info(
@@ -205,6 +227,27 @@ class TxnSession:
             seconds,
         )
         return CommitOutcome("committed", batch_id, count + late, seconds)
+
+    def _source_end(self, batch_id: int) -> Any:
+        """This batch's source end offset from the checkpoint's offset log (None: unknown)."""
+        if not self.config.checkpoint:
+            return None
+        try:
+            return OffsetLog(self.config.checkpoint).source_end(batch_id)
+        except Exception as exc:  # the marker is still written, without what the batch consumed
+            logger.warning("batch %d: source offsets unknown (%s)", batch_id, exc)
+            return None
+
+    def _receipt(self, batch_id: int, records: int, source_end: Any) -> None:
+        """Record in the checkpoint that the broker acknowledged this batch's commit."""
+        if not self.config.checkpoint:
+            return
+        try:
+            receipts = ReceiptLog(self.config.checkpoint)
+            if batch_id not in receipts.batch_ids():
+                receipts.write(Receipt(batch_id, records, source_end, int(time.time() * 1000)))
+        except OSError as exc:  # the commit stands; only the lost-commit check is weaker
+            logger.warning("batch %d: could not write its commit receipt: %s", batch_id, exc)
 
     def abort_open(self, batch_id: int) -> bool:
         """Abort the open transaction, if any. Returns whether one was open."""
@@ -258,29 +301,11 @@ class TxnSession:
     def _read_progress(self) -> tuple[int | None, str]:
         """The last committed batchId of this query and the run id that committed it."""
         cfg = self.config
-        key = cfg.query_id.encode()
-        last: int | None = None
-        run_id = ""
-        with TopicReader(
-            cfg.consumer_conf,
-            cfg.progress_topic,
-            isolation="read_committed",
-            topic_setting="topics.progress",
-        ) as reader:
-            for rec in reader.read_to_end(cfg.retry_deadline_seconds):
-                if rec.key != key:
-                    continue
-                try:
-                    marker = json.loads(rec.value or b"")
-                    batch = int(marker["batchId"])
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise SinkError(
-                        f"progress marker {rec.where} for query {cfg.query_id} is unreadable "
-                        f"({exc}); it was not written by ipcount"
-                    ) from exc
-                if last is None or batch >= last:
-                    last, run_id = batch, str(marker.get("runId", ""))
-        return last, run_id
+        markers = read_markers(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
+        self.last_marker = markers.get(cfg.query_id)
+        if self.last_marker is None:
+            return None, ""
+        return int(self.last_marker["batchId"]), str(self.last_marker.get("runId", ""))
 
     def _call(self, op: str, fn: Callable[[float], T], batch_id: int | None = None) -> T:
         """Run one transactional API call, classifying its Kafka errors: retriable -> retry with
@@ -367,6 +392,7 @@ class TxnSession:
         self._producer = None
         self._in_transaction = False
         self.last_committed = None
+        self.last_marker = None
 
 
 def _is_fenced(exc: FatalKafkaError) -> bool:

@@ -16,7 +16,6 @@ __all__ = [
     "CommitOutcome",
     "default_transactional_id",
     "new_run_id",
-    "run_started_ms",
 ]
 
 # One Kafka record: (key, value), (key, value, headers), or (key, value, headers, topic) for a
@@ -35,14 +34,9 @@ def default_transactional_id(query_id: str) -> str:
 
 
 def new_run_id() -> str:
-    """An id for one start of a job: '<start epoch ms>-<random>', so later starts sort higher."""
+    """An id for one start of a job: '<start epoch ms>-<random>' (the time is for people reading
+    logs; which start is newer is decided by the order of announcements, see sink.history)."""
     return f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:8]}"
-
-
-def run_started_ms(run_id: str) -> int:
-    """The start time a run id carries (0 when it carries none)."""
-    head = run_id.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -62,6 +56,9 @@ class TxnConfig:
     run_id: str = ""
     # Where late-count corrections go, in the same transaction ("" = none are written).
     late_topic: str = ""
+    # The query's checkpointLocation: the sink records each batch's source offsets from its offset
+    # log, keeps commit receipts there and checks it against the markers ("" = no checks).
+    checkpoint: str = ""
 
     def __repr__(self) -> str:
         return (
@@ -71,7 +68,7 @@ class TxnConfig:
             f"consumer_conf={redact(self.consumer_conf)!r}, "
             f"transaction_timeout_ms={self.transaction_timeout_ms}, "
             f"retry_deadline_seconds={self.retry_deadline_seconds}, run_id={self.run_id!r}, "
-            f"late_topic={self.late_topic!r})"
+            f"late_topic={self.late_topic!r}, checkpoint={self.checkpoint!r})"
         )
 
     def __post_init__(self) -> None:

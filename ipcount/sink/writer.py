@@ -43,9 +43,19 @@ _RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "key": (BinaryType, StringType),
     "value": (BinaryType, StringType),
 }
-# Raw mode may carry why a record is there (the dead letters): it becomes this Kafka header.
-_RAW_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {"reason": (StringType,)}
+# Raw mode may carry why a record is there, where it came from and, when it was cut, how long it
+# was (the dead letters): each becomes a Kafka header.
+_RAW_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {
+    "reason": (StringType,),
+    "source": (StringType,),
+    "original_size": (LongType, IntegerType),
+}
 REASON_HEADER = "ipcount.reason"
+HEADERS = {
+    "reason": REASON_HEADER,
+    "source": "ipcount.source",
+    "original_size": "ipcount.original.size",
+}
 # Arrow timestamp unit -> divisor to epoch milliseconds (Avro timestamp-millis).
 _TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
 
@@ -58,6 +68,7 @@ def sink_options(
     mode: str = "counts",
     run_id: str | None = None,
     late_topic: str | None = None,
+    checkpoint: str | None = None,
 ) -> dict[str, str]:
     """The writeStream options for this sink from ipcount settings (the one place they are mapped).
 
@@ -68,6 +79,7 @@ def sink_options(
         mode: 'counts' (Avro IpCount) or 'raw' (key/value bytes as they are, e.g. the dead letters).
         run_id: identifies this start of the job (default: a new one, see `new_run_id`).
         late_topic: where rows with late=true (corrections) go, in the same transaction.
+        checkpoint: the query's checkpointLocation, for the sink's history checks and receipts.
     """
     k, s = settings.kafka, settings.sink
     opts = {
@@ -84,6 +96,8 @@ def sink_options(
     }
     if late_topic:
         opts["lateTopic"] = late_topic
+    if checkpoint:
+        opts["queryCheckpoint"] = checkpoint
     opts.update({f"kafka.{key}": value for key, value in k.client.items()})
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
@@ -94,7 +108,10 @@ class KafkaTxnDataSource(DataSource):
     """Exactly-once Kafka sink: one transaction per micro-batch; committed batches not rewritten.
 
     Options: topic, progressTopic, queryId (required); lateTopic (counts mode: rows with a true
-    `late` column go there, in the same transaction); transactionalId (default ipcount-<queryId>),
+    `late` column go there, in the same transaction); queryCheckpoint (the query's
+    checkpointLocation: markers record each batch's source offsets, commit receipts are kept
+    there, and both are checked against each other, see sink.history); transactionalId (default
+    ipcount-<queryId>),
     transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
     ('counts' | 'raw'); kafka.<key> (producer and consumer), kafka.producer.<key>,
     kafka.consumer.<key> (librdkafka settings).
@@ -115,8 +132,8 @@ class KafkaTxnCommitMessage(WriterCommitMessage):
     partition_id: int
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
-    # Raw mode with a reason column: one per record (else empty).
-    reasons: list[str | None] = field(default_factory=list)
+    # Raw mode with header columns (reason, source, original_size): one per record (else empty).
+    headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
     # Counts mode: late-count corrections, for the late topic.
     late_keys: list[bytes | None] = field(default_factory=list)
     late_values: list[bytes | None] = field(default_factory=list)
@@ -182,6 +199,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 opts, "retryDeadlineSeconds", float, self.DEFAULT_RETRY_DEADLINE_SECONDS
             ),
             late_topic=opts.get("latetopic", "").strip(),
+            checkpoint=opts.get("querycheckpoint", "").strip(),
         )
         self.columns = _check_schema(
             schema,
@@ -203,11 +221,17 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
         if self.mode == "raw":
+            named = [c for c in HEADERS if c in self.columns]
             for batch in iterator:
                 message.keys.extend(_bytes_column(batch.column("key")))
                 message.values.extend(_bytes_column(batch.column("value")))
-                if "reason" in self.columns:
-                    message.reasons.extend(batch.column("reason").to_pylist())
+                if named:
+                    columns = [batch.column(c).to_pylist() for c in named]
+                    message.headers.extend(
+                        [(HEADERS[c], str(v).encode()) for c, v in zip(named, row) if v is not None]
+                        or None
+                        for row in zip(*columns)
+                    )
             return message
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
         late_codec = (
@@ -278,11 +302,10 @@ def _number(opts: Mapping[str, str], name: str, kind: type, default: Any) -> Any
 
 
 def _records(m: KafkaTxnCommitMessage, late_topic: str) -> Iterator[Record]:
-    if not m.reasons:
+    if not m.headers:
         yield from zip(m.keys, m.values, strict=True)
     else:
-        for k, v, why in zip(m.keys, m.values, m.reasons, strict=True):
-            yield (k, v, [(REASON_HEADER, why.encode())] if why else None)
+        yield from zip(m.keys, m.values, m.headers, strict=True)
     for k, v in zip(m.late_keys, m.late_values, strict=True):
         yield (k, v, None, late_topic)
 

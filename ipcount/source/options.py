@@ -31,6 +31,7 @@ _KNOWN = {
     "maxfutureskewms",
     "availablenowflush",
     "querycheckpoint",
+    "maxbytesperbatch",
 }
 # How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
 # $time_local of valid nginx combined-format lines (what the ipcount job counts).
@@ -95,6 +96,9 @@ class SourceOptions:
     # The reading query's checkpointLocation: each batch's rows carry the watermark its late
     # records are judged by (column late_before), read from that checkpoint's offset log.
     query_checkpoint: str = ""
+    # A read task hands its records to Spark in Arrow batches of at most this many value bytes
+    # (or BATCH_ROWS records, whichever comes first).
+    max_bytes_per_batch: int = 16 * 1024 * 1024
 
     @property
     def heartbeats(self) -> bool:
@@ -209,6 +213,10 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         max_future_skew_ms=_int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0,
         available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
         query_checkpoint=opts.get("querycheckpoint", "").strip(),
+        max_bytes_per_batch=_int(
+            opts, "maxbytesperbatch", "maxBytesPerBatch", 16 * 1024 * 1024, 1024
+        )
+        or 16 * 1024 * 1024,
     )
 
 

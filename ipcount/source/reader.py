@@ -16,7 +16,7 @@ data closed and the checkpoint's watermark stays where the data put it; =all put
 closing every window (later records of those windows are then late). Real records stop heartbeats.
 Heartbeats live in the offset: a replayed batch yields the same rows. With option queryCheckpoint
 (the reading query's checkpointLocation), every row's late_before is the watermark Spark judges this
-batch's late rows by (the previous batch's, from the offset log; see source.checkpoint_log); without
+batch's late rows by (the previous batch's, from the offset log; see checkpoint.offset_log); without
 it, null.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
@@ -366,11 +366,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return tasks
 
     def _late_before_ms(self, end: dict) -> int | None:
-        """The watermark this batch's late records are judged by (see source.checkpoint_log), or
+        """The watermark this batch's late records are judged by (see checkpoint.offset_log), or
         None without option queryCheckpoint. Read from the offset log: a replay gets the same."""
         if not self.options.query_checkpoint:
             return None
-        from ipcount.source.checkpoint_log import OffsetLog
+        from ipcount.checkpoint.offset_log import OffsetLog
 
         marks = OffsetLog(self.options.query_checkpoint).watermarks_for(end)
         logger.debug(

@@ -190,14 +190,14 @@ def _compare_totals(
             continue
         if expected == 0:
             report.wrong += 1
-            report.note(f"unexpected {_fmt(key)} final={final} corrections={fix} (not in ledger)")
+            report.note(f"unexpected {_fmt(key)} count={final} corrections={fix} (not in ledger)")
         elif final is None and fix == 0:
             report.missing += 1
             report.note(f"missing {_fmt(key)} expected count={expected}")
         else:
             report.wrong += 1
             report.note(
-                f"wrong {_fmt(key)}: final={final} + corrections={fix} = {total}, expected "
+                f"wrong {_fmt(key)}: count={final} + corrections={fix} = {total}, expected "
                 f"{expected} (on time {ledger.counts.get(key, 0)}, late "
                 f"{ledger.late_counts.get(key, 0)})"
             )

@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ipcount import logsetup
     from ipcount.config import load_settings
-    from ipcount.job.pipeline import run_job
+    from ipcount.job.runner import run_job
     from ipcount.job.session import build_session
 
     logsetup.configure(os.environ.get("IPCOUNT_LOG_LEVEL", "INFO"))

@@ -62,6 +62,12 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path) -> None:
     diag = out[-6000:] + run.stderr[-3000:]
     assert run.returncode == 0, diag
     last = out.strip().splitlines()[-1]
+    # Recovery per fault (fault to the next batch in Spark's commit log), then the verify line.
+    recovery = re.match(r"recovery_s_p50=([0-9.]+) recovery_s_max=([0-9.]+) (.*)", last)
+    assert recovery is not None, diag
+    p50, worst = float(recovery.group(1)), float(recovery.group(2))
+    assert 0 < p50 <= worst, diag
+    last = recovery.group(3)
     assert last.startswith("isolation=read_committed"), diag
     assert SUMMARY.search(last), diag
     faults = _fault_lines(out)

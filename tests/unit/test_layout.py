@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup"},
     {"ipcount.config"},
     {"ipcount.formats"},
-    {"ipcount.kafka"},
+    {"ipcount.kafka", "ipcount.checkpoint"},
     {"ipcount.source", "ipcount.sink"},
     {"ipcount.job", "ipcount.verify", "ipcount.local"},
     {"ipcount.chaos", "loadgen"},
@@ -30,7 +30,14 @@ LAYERS: list[set[str]] = [
     {"ipcount.__main__", "loadgen.__main__"},
 ]
 # The job's packages: what runs inside Spark (driver and executors).
-JOB_PACKAGES = {"ipcount.source", "ipcount.sink", "ipcount.job", "ipcount.formats", "ipcount.kafka"}
+JOB_PACKAGES = {
+    "ipcount.source",
+    "ipcount.sink",
+    "ipcount.job",
+    "ipcount.formats",
+    "ipcount.kafka",
+    "ipcount.checkpoint",
+}
 
 
 def _modules() -> dict[str, Path]:

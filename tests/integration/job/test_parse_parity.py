@@ -129,8 +129,9 @@ def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
     return "counted", rec.ip, rec.event_ms
 
 
+# At least 20 x 100 = 2,000 generated lines per run (the floor), each example one batch.
 @settings(
-    max_examples=10,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
@@ -139,7 +140,7 @@ def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
         HealthCheck.data_too_large,
     ],
 )
-@given(batch=st.lists(lines(), min_size=60, max_size=120))
+@given(batch=st.lists(lines(), min_size=100, max_size=200))
 def test_jvm_and_python_parsers_agree_on_hostile_lines(spark, batch: list[bytes]) -> None:  # type: ignore[no-untyped-def]
     now = datetime.now(UTC)
     rows = [(None, bytearray(line), "t", 0, i, now, 0, False, None) for i, line in enumerate(batch)]

@@ -17,6 +17,7 @@ from ipcount.errors import ConfigError, FatalKafkaError, IpcountError, Transacti
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.consume import TopicReader
 from ipcount.kafka.topics import ensure_topics
+from ipcount.sink.history import announce_run
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 from ipcount.verify.compare import compare
@@ -195,25 +196,37 @@ def test_kill9_then_restart_with_same_query_id(
     assert f"duplicates={dupes} wrong=0 exact={'false' if dupes else 'true'}" in uncommitted
 
 
-def test_zombie_writer_is_fenced(sink_settings: Settings) -> None:
+def test_zombie_writer_is_fenced_for_good_whatever_the_clocks(sink_settings: Settings) -> None:
+    """Each start of a job announces itself (as `ipcount run` does before its query starts). A
+    fenced writer stops for good once a start announced after its own has committed; until then
+    it re-initialises (the newer start may be gone). Which start is newer is the broker's log
+    order, not the run ids' clock readings."""
     base = _config(sink_settings)
-    old = TxnSession(dataclasses.replace(base, run_id="0000000001000-aaaaaaaa"))
+    producer_conf = sink_settings.kafka.to_librdkafka("producer")
+    progress = sink_settings.topics.progress
+    # The zombie's host clock runs far ahead: its run id sorts after the newer job's.
+    zombie_run, newer_run = "9999999999999-aaaaaaaa", "0000000000001-bbbbbbbb"
+    announce_run(producer_conf, progress, base.query_id, zombie_run)
+    old = TxnSession(dataclasses.replace(base, run_id=zombie_run))
     old.commit_batch(0, _records(_results(0, 5)))
-    # A second job on the same checkpoint / transactional.id, started later.
-    new = TxnSession(dataclasses.replace(base, run_id="0000000002000-bbbbbbbb"))
-    new.start()  # fences the old producer
+    # A second job on the same checkpoint / transactional.id starts: announce, then fence.
+    announce_run(producer_conf, progress, base.query_id, newer_run)
+    new = TxnSession(dataclasses.replace(base, run_id=newer_run))
+    new.start()
     assert new.last_committed == 0
-    # The newer job has committed nothing yet, so the fenced old one cannot tell it is the
-    # zombie: it re-initialises (fencing the new one) and commits batch 1 exactly once.
+    # The newer start has committed nothing yet (it could be gone): the old one re-initialises
+    # (fencing it) and commits batch 1 exactly once.
     assert old.commit_batch(1, _records(_results(1, 5))).status == "committed"
-    # The new job, fenced in turn, re-initialises, sees batch 1 committed and skips its replay.
+    # The newer one, fenced in turn, is the newest start: it re-initialises, sees batch 1
+    # committed and skips its replay, then commits batch 2.
     assert new.commit_batch(1, _records(_results(1, 5))).status == "replay"
     assert new.commit_batch(2, _records(_results(2, 7))).status == "committed"
-    # Now a newer run's marker is there: the old job learns it is the zombie and stops.
+    # Now a newer start has committed: the old one stops for good and does not fence it back.
     with pytest.raises(FatalKafkaError) as info:
-        old.commit_batch(2, _records(_results(2, 7)))
+        old.commit_batch(3, _records(_results(3, 2)))
     text = str(info.value)
-    assert "newer job" in text and base.transactional_id in text and "same checkpoint" in text
+    assert "fenced for good" in text and base.transactional_id in text
+    assert "same checkpoint" in text and newer_run in text
     assert not old.started
     assert new.commit_batch(3, _records(_results(3, 2))).status == "committed"
     for isolation in ("read_committed", "read_uncommitted"):
@@ -226,6 +239,12 @@ def test_sibling_workers_of_one_job_take_turns(sink_settings: Settings) -> None:
     """Spark may run one query's commits in different reused Python workers of the same job:
     each has its own producer for the transactional.id and fences the other. Not a zombie."""
     cfg = dataclasses.replace(_config(sink_settings), run_id="0000000001000-cccccccc")
+    announce_run(
+        sink_settings.kafka.to_librdkafka("producer"),
+        sink_settings.topics.progress,
+        cfg.query_id,
+        cfg.run_id,
+    )
     a, b = TxnSession(cfg), TxnSession(cfg)
     assert a.commit_batch(0, _records(_results(0, 3))).status == "committed"
     assert b.commit_batch(1, _records(_results(1, 3))).status == "committed"

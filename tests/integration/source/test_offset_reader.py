@@ -301,3 +301,20 @@ def test_heartbeat_base_is_a_counted_event_time_not_a_bogus_timestamp(bootstrap:
         assert offsets.latest_event_ms({(topic, 0): 4}, now_ms=now) == on_time // 1000 * 1000
     finally:
         offsets.close()
+
+
+def test_large_records_are_handed_over_in_byte_bounded_batches(bootstrap: str) -> None:
+    """900 KB records: a read task's Arrow batches stay within maxBytesPerBatch (plus the record
+    that crosses it), instead of 50,000 records (45 GB) at a time."""
+    topic = _topic(bootstrap, 1)
+    producer = Producer(with_client_logging({"bootstrap.servers": bootstrap, "linger.ms": 5}))
+    record = 900_000
+    for i in range(24):
+        producer.produce(topic, value=bytes([65 + i % 26]) * record, partition=0)
+    assert producer.flush(60) == 0
+    limit = 4 * 1024 * 1024
+    reader = _reader(bootstrap, topic, maxBytesPerBatch=str(limit))
+    batches = list(reader.read(KafkaInputPartition(OffsetRange(topic, 0, 0, 24))))
+    sizes = [sum(len(v) for v in b.column("value").to_pylist()) for b in batches]
+    assert sum(b.num_rows for b in batches) == 24
+    assert len(batches) >= 5 and max(sizes) <= limit + record, sizes

@@ -34,6 +34,7 @@ def _cli(settings: Settings, *args: str, timeout: float = 60) -> subprocess.Comp
         f"kafka.bootstrap_servers={settings.kafka.bootstrap_servers}",
         f"topics.sink={settings.topics.sink}",
         f"topics.progress={settings.topics.progress}",
+        f"topics.late={settings.topics.late}",
     ]
     cmd = [sys.executable, "-m", "ipcount", "-c", str(ROOT / "conf" / "ipcount.toml")]
     for item in sets:

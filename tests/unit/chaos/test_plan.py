@@ -136,3 +136,14 @@ def test_fault_env_vars_are_not_settings() -> None:
         "IPCOUNT_JOB_WINDOW_SECONDS": "10",
     }
     assert load_settings(None, env=env, use_default_path=False).job.window_seconds == 10
+
+
+def test_recovery_figures_are_median_and_maximum(tmp_path: Path) -> None:
+    from ipcount.chaos.plan import ChaosEvent, ChaosReport
+
+    report = ChaosReport(1, tmp_path)
+    assert report.recovery_figures() == "recovery_s_p50=- recovery_s_max=-"
+    for i, seconds in enumerate([4.0, 1.0, None, 9.5, 2.0]):
+        report.events.append(ChaosEvent(float(i), "kill", i, "x", recovery_s=seconds))
+    assert report.recovery_figures() == "recovery_s_p50=3.0 recovery_s_max=9.5"
+    assert report.summary().endswith("recovery_s_p50=3.0 recovery_s_max=9.5")

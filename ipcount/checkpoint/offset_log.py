@@ -1,4 +1,5 @@
-"""The watermark a micro-batch judges late records by, read from its query's offset log (driver).
+"""A query's offset and commit logs, read from Python (driver): the watermark a micro-batch judges
+late records by, each batch's source end offsets, and which batches Spark counts as done.
 
 Spark's streaming aggregation drops a row as late when its window ends at or before the
 *previous* batch's watermark (`eventTimeWatermarkForLateEvents`: measured on Spark 4.x, the
@@ -23,7 +24,7 @@ from urllib.parse import urlparse
 
 from ipcount.errors import ConfigError, SourceError
 
-__all__ = ["BatchWatermarks", "OffsetLog", "check_readable"]
+__all__ = ["BatchWatermarks", "OffsetLog", "absolute_location", "check_readable", "local_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,17 @@ class OffsetLog:
             raise SourceError(f"{self.checkpoint}/offsets/{batch_id} is unreadable: {exc}") from exc
         return meta, offsets
 
+    def source_end(self, batch_id: int) -> Any:
+        """The (single) source's end offset of a batch, None when the entry is missing."""
+        if batch_id not in self.batch_ids():
+            return None
+        offsets = self.entry(batch_id)[1]
+        return offsets[0] if len(offsets) == 1 else offsets
+
+    def committed_ids(self) -> list[int]:
+        """The batch ids Spark's commit log marks as done, ascending."""
+        return sorted(int(name) for name in self._list(f"{self._root}/commits") if name.isdigit())
+
     def watermarks_for(self, end: dict[str, Any]) -> BatchWatermarks:
         """The watermarks of the newest batch whose source end offset is `end` (the batch being
         planned; an idle batch repeats its predecessor's offsets, so the newest one is taken).
@@ -110,11 +122,30 @@ class OffsetLog:
             raise
 
 
+def absolute_location(location: str) -> str:
+    """A local checkpoint path made absolute, as other processes (Python workers started in any
+    working directory) must see it; URIs unchanged."""
+    import os
+
+    return location if "://" in location else os.path.abspath(location)
+
+
+def local_path(location: str) -> str | None:
+    """The local file-system path of a checkpoint location, None for other schemes."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return parsed.path
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and location[1:3] == ":\\"):
+        return location
+    return None
+
+
 def _filesystem(location: str) -> tuple[Any, str]:
     """(pyarrow filesystem or None for local, path inside it)."""
+    local = local_path(location)
+    if local is not None:
+        return None, local
     parsed = urlparse(location)
-    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and location[1:3] == ":\\"):
-        return None, parsed.path if parsed.scheme == "file" else location
     uri = "s3" + location[3:] if parsed.scheme == "s3a" else location
     try:
         import pyarrow.fs as pafs

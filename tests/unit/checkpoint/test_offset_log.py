@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ipcount.checkpoint.offset_log import OffsetLog, check_readable
 from ipcount.errors import ConfigError, SourceError
-from ipcount.source.checkpoint_log import OffsetLog, check_readable
 
 
 def _entry(ckpt: Path, batch: int, watermark: int, offsets: dict) -> None:

@@ -1,0 +1,194 @@
+"""Running the job in the driver: start the queries, watch them, stop on a signal or a timeout,
+and restart failed queries in-process like Flink's fixed-delay restart strategy
+(`job.restart_attempts`, `job.restart_delay_seconds`). Fatal failures stop at once: a fenced
+producer, a fatal Kafka error, a checkpoint that does not match the sink, a bad setting or schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from ipcount.config import Settings
+from ipcount.job.pipeline import JobQueries, preflight, start_job
+
+__all__ = ["run_job", "is_fatal", "short_error"]
+
+logger = logging.getLogger(__name__)
+
+# Failures no restart can cure: restarting would fence the newer job, repeat a config error, or
+# write on over a hole in the sink's history.
+_FATAL = (
+    "ipcount.errors.FatalKafkaError",
+    "ipcount.errors.SinkHistoryError",
+    "ipcount.errors.ConfigError",
+    "ipcount.errors.SchemaError",
+    "FatalKafkaError:",
+    "SinkHistoryError:",
+    "ConfigError:",
+    "SchemaError:",
+    # Spark's own check that another query writes this checkpoint: the other job owns it.
+    "CONCURRENT_STREAM_LOG_UPDATE",
+)
+
+
+def is_fatal(error_text: str) -> bool:
+    """Whether a query failure (its exception text, JVM trace included) is fatal."""
+    return any(marker in error_text for marker in _FATAL)
+
+
+def short_error(exc: Any) -> str:
+    """The ipcount line of a (JVM-wrapped) query exception, else its first line."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "ipcount.errors." in line or "Error:" in line and "ipcount" in line:
+            return line.strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+class _Watch:
+    """The wait loop's state: the stop request, the deadline, the restarts made."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.stop = threading.Event()
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.timeout = timeout
+        self.restarts = 0
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+def _wait(queries: JobQueries, watch: _Watch) -> Any:
+    """Wait until the queries end, a stop is requested or the deadline passes; returns the first
+    failed query's exception (None otherwise)."""
+    while not watch.stop.is_set():
+        for q in queries.all():
+            if not q.isActive and q.exception() is not None:
+                return q.exception()
+        active = [q for q in queries.all() if q.isActive]
+        if not active:
+            return None
+        if watch.expired():
+            logger.info("run time of %gs reached: stopping", watch.timeout)
+            return None
+        try:
+            active[0].awaitTermination(0.5)
+        except Exception as exc:  # it failed while we waited: the next round reads q.exception()
+            logger.debug("query %s ended while waited on: %s", active[0].name, short_error(exc))
+    return None
+
+
+def _stop_all(queries: JobQueries) -> bool:
+    """Stop what still runs; log every failure. Returns whether any query failed."""
+    for q in queries.all():
+        if q.isActive:
+            q.stop()
+    failed = False
+    for q in queries.all():
+        exc = q.exception()
+        if exc is not None:
+            failed = True
+            logger.error("query %s failed: %s", q.name, short_error(exc))
+    return failed
+
+
+def run_job(
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    timeout: float | None = None,
+    spark: Any = None,
+    close_all_windows: bool = False,
+    new_query: bool = False,
+) -> int:
+    """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails
+    for good (fatal, or more than job.restart_attempts restarts).
+
+    Returns:
+        0 when the queries stopped cleanly, 1 when one failed.
+
+    Raises:
+        SinkHistoryError: the checkpoint and the sink's history disagree (before any query runs).
+    """
+    from ipcount.job.progress import ProgressLogger
+    from ipcount.job.session import build_session
+
+    # Before Spark starts: a wrong setting or a missing topic fails in a second, not after ~15 s.
+    preflight(settings)
+    session = spark if spark is not None else build_session(settings)
+    listener = ProgressLogger()
+    session.streams.addListener(listener)
+    watch = _Watch(timeout)
+    previous: dict[int, Any] = {}
+
+    def _request_stop(signum: int, _frame: Any) -> None:
+        logger.info(
+            "received %s: stopping after the current micro-batch", signal.Signals(signum).name
+        )
+        watch.stop.set()
+
+    def _start() -> JobQueries:
+        return start_job(
+            session,
+            settings,
+            available_now=available_now,
+            checked=True,
+            close_all_windows=close_all_windows,
+            new_query=new_query and watch.restarts == 0,
+        )
+
+    try:
+        queries = _start()
+    except BaseException:
+        session.streams.removeListener(listener)
+        raise
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, _request_stop)
+    failed = False
+    try:
+        while True:
+            error = _wait(queries, watch)
+            failed = _stop_all(queries)
+            if error is None or not _restart_allowed(error, settings, watch):
+                break
+            queries = _start()
+            failed = False
+    finally:
+        failed = _stop_all(queries) or failed
+        session.streams.removeListener(listener)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 1 if failed else 0
+
+
+def _restart_allowed(error: Any, settings: Settings, watch: _Watch) -> bool:
+    """Decide on one failure; sleeps the restart delay (interruptible) when restarting."""
+    attempts = settings.job.restart_attempts
+    text = str(error)
+    if is_fatal(text):
+        logger.error("fatal failure, not restarting: %s", short_error(error))
+        return False
+    if watch.restarts >= attempts:
+        logger.error(
+            "the query failed after %d restart(s) (job.restart_attempts = %d): stopping",
+            watch.restarts,
+            attempts,
+        )
+        return False
+    watch.restarts += 1
+    delay = settings.job.restart_delay_seconds
+    logger.warning(
+        "restarting the query in %gs (restart %d of %d, job.restart_attempts) after: %s",
+        delay,
+        watch.restarts,
+        attempts,
+        short_error(error),
+    )
+    if watch.stop.wait(delay) or watch.expired():
+        return False
+    return True

@@ -1,0 +1,70 @@
+"""Who may write with a query's transactional.id (driver): ending what a crashed predecessor left
+open before a job starts, and telling a fenced writer whether a newer start has taken over. The
+order of starts is the broker's log order of run announcements (sink.history), never a clock."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, Producer
+
+from ipcount.errors import SinkError
+from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.sink.history import read_markers, run_order
+from ipcount.sink.txn_config import TxnConfig
+
+__all__ = ["fence_predecessors", "superseded_by"]
+
+logger = logging.getLogger(__name__)
+
+
+def superseded_by(cfg: TxnConfig) -> str | None:
+    """The run id of a start announced after `cfg.run_id` that has committed the query's newest
+    batch; None when this start may go on (the fencer was another worker of this job, or a newer
+    start that has committed nothing and may be gone)."""
+    if not cfg.run_id:
+        return None
+    order = run_order(
+        cfg.consumer_conf, cfg.progress_topic, cfg.query_id, cfg.retry_deadline_seconds
+    )
+    if not order or order[-1] == cfg.run_id:
+        return None
+    markers = read_markers(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
+    theirs = str((markers.get(cfg.query_id) or {}).get("runId", ""))
+    if theirs == cfg.run_id or theirs not in order:
+        return None  # the newest commit is this start's own, or of a start older than both
+    if cfg.run_id in order and order.index(theirs) < order.index(cfg.run_id):
+        return None  # the newest commit is of an older start than this one
+    return theirs
+
+
+def fence_predecessors(
+    producer_conf: dict[str, str],
+    transactional_ids: list[str],
+    transaction_timeout_ms: int,
+    deadline_seconds: float,
+) -> None:
+    """init_transactions once for each id, from the driver, before a job reads the progress
+    topic: a predecessor killed inside its transaction (a crash, kill -9) left it open, and
+    read_committed readers of the topic would wait behind it (on noida-db for ever). The sink's
+    own producer initialises again at its first commit.
+
+    Raises:
+        SinkError: the broker did not answer within `deadline_seconds`.
+    """
+    for tid in transactional_ids:
+        conf = {
+            **producer_conf,
+            "transactional.id": tid,
+            "transaction.timeout.ms": str(transaction_timeout_ms),
+            "enable.idempotence": "true",
+        }
+        producer = Producer(with_client_logging(conf, "ipcount.txn.librdkafka"))
+        try:
+            producer.init_transactions(deadline_seconds)
+        except KafkaException as exc:
+            raise SinkError(
+                f"could not initialise transactional.id {tid!r} to end what a predecessor left "
+                f"open: {describe_kafka_error(exc)}"
+            ) from exc
+        logger.info("transactional.id %s initialised: no transaction of a predecessor is open", tid)

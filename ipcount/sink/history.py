@@ -1,0 +1,340 @@
+"""The sink's committed history against Spark's checkpoint (driver).
+
+Each progress marker (topics.progress, key = query id, compacted) says what one committed batch
+wrote and consumed: {"queryId", "batchId", "topic", "sourceEnd", "records", ...}; "sourceEnd" is
+the source's end offset of that batch as Spark's offset log holds it. The checkpoint keeps the
+sink's receipts (checkpoint.receipts). Three disagreements stop a job with a message that names
+both sides and how to recover, instead of counting anything twice or skipping it:
+
+- lost commit: a receipt newer than the query's newest marker (the broker acknowledged that
+  commit and lost it);
+- older checkpoint: Spark has not planned the sink's newest committed batch yet, or planned a
+  batch with that id over other offsets (a restored copy);
+- another query: the sink topic holds output of another query over the same source topics and
+  this query has none (a deleted or replaced checkpoint, or a second job): `--new-query` starts
+  this one at that query's last committed source offsets instead.
+
+Every start of a query also announces itself: a record {"kind": "run", "queryId", "runId"} under
+the key `<queryId>#run#<runId>`, written before the query starts. Which start is newer is decided
+by the broker's log order, never by a clock. A sink whose producer was fenced stops for good once
+a start announced after its own has committed a batch; otherwise it re-initialises: the fencer
+was another Python worker of the same job, or a newer start that has committed nothing (and may
+be gone).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ipcount.checkpoint.offset_log import OffsetLog, local_path
+from ipcount.checkpoint.receipts import ReceiptLog
+from ipcount.errors import SinkError, SinkHistoryError
+from ipcount.kafka.client import with_client_logging
+from ipcount.kafka.consume import TopicReader
+
+__all__ = [
+    "RUN_SUFFIX",
+    "adopt",
+    "announce_run",
+    "run_order",
+    "read_markers",
+    "check_checkpoint",
+    "check_replay",
+    "other_query_output",
+    "starting_offsets_after",
+]
+
+logger = logging.getLogger(__name__)
+
+# Run announcements are keyed `<queryId>#run#<runId>`: one key per start, so compaction keeps
+# every start and the log keeps their order.
+RUN_SUFFIX = "#run#"
+
+
+def announce_run(
+    producer_conf: Mapping[str, str], progress_topic: str, query_id: str, run_id: str
+) -> None:
+    """Record in the progress topic that `run_id` is now the newest start of `query_id`.
+
+    Raises:
+        SinkError: the broker did not acknowledge the record.
+    """
+    body = {"kind": "run", "queryId": query_id, "runId": run_id}
+    _produce_one(producer_conf, progress_topic, f"{query_id}{RUN_SUFFIX}{run_id}", body)
+
+
+def adopt(
+    producer_conf: Mapping[str, str],
+    progress_topic: str,
+    query_id: str,
+    run_id: str,
+    other: Mapping[str, Any],
+) -> None:
+    """Give a new query (`--new-query`) the history it starts from: a marker of batch -1 that
+    ends where `other`'s output ends, so later starts know this query and its offsets.
+
+    Raises:
+        SinkError: the broker did not acknowledge the record.
+    """
+    body = {
+        "queryId": query_id,
+        "batchId": -1,
+        "runId": run_id,
+        "records": 0,
+        "topic": other.get("topic"),
+        "sourceEnd": other.get("sourceEnd"),
+        "adoptedFrom": other.get("queryId"),
+        "committedAtMs": int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000),
+    }
+    _produce_one(producer_conf, progress_topic, query_id, body)
+
+
+def _produce_one(
+    producer_conf: Mapping[str, str], topic: str, key: str, body: Mapping[str, Any]
+) -> None:
+    from confluent_kafka import Producer
+
+    conf = {k: v for k, v in producer_conf.items() if not k.startswith("transaction")}
+    conf.update({"enable.idempotence": "true", "acks": "all"})
+    producer = Producer(with_client_logging(conf, "ipcount.history.librdkafka"))
+    failures: list[str] = []
+
+    def _delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer.produce(
+        topic,
+        json.dumps(body, separators=(",", ":")).encode(),
+        key.encode(),
+        on_delivery=_delivered,
+    )
+    left = producer.flush(30)
+    if left or failures:
+        raise SinkError(
+            f"could not write {key!r} to {topic!r}: "
+            + (failures[0] if failures else "not acknowledged within 30 s")
+        )
+
+
+def run_order(
+    consumer_conf: Mapping[str, str], progress_topic: str, query_id: str, deadline_seconds: float
+) -> list[str]:
+    """The announced starts of `query_id`, oldest first (the broker's log order)."""
+    prefix = f"{query_id}{RUN_SUFFIX}".encode()
+    order: list[str] = []
+    with TopicReader(
+        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
+    ) as reader:
+        for rec in reader.read_to_end(deadline_seconds):
+            if rec.key is None or not rec.key.startswith(prefix):
+                continue
+            try:
+                run = str(json.loads(rec.value or b"")["runId"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if run in order:
+                order.remove(run)
+            order.append(run)
+    return order
+
+
+def read_markers(
+    consumer_conf: Mapping[str, str], progress_topic: str, deadline_seconds: float
+) -> dict[str, dict[str, Any]]:
+    """The newest committed progress marker of every query id (read_committed).
+
+    Raises:
+        SinkError: a marker of the topic is not ipcount's.
+    """
+    newest: dict[str, dict[str, Any]] = {}
+    with TopicReader(
+        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
+    ) as reader:
+        for rec in reader.read_to_end(deadline_seconds):
+            if rec.key is not None and RUN_SUFFIX.encode() in rec.key:
+                continue
+            try:
+                marker = json.loads(rec.value or b"")
+                query = str(marker["queryId"])
+                batch = int(marker["batchId"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SinkError(
+                    f"progress marker {rec.where} is unreadable ({exc}); it was not written by "
+                    "ipcount: topics.progress must be ipcount's own topic"
+                ) from exc
+            if query not in newest or batch >= int(newest[query]["batchId"]):
+                newest[query] = marker
+    return newest
+
+
+def _when(marker: Mapping[str, Any]) -> str:
+    ms = marker.get("committedAtMs")
+    if not isinstance(ms, int):
+        return "at an unknown time"
+    return "at " + dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="seconds")
+
+
+def _offsets(value: Any) -> str:
+    if isinstance(value, dict) and "offsets" in value:
+        value = value["offsets"]
+    return json.dumps(value, sort_keys=True)
+
+
+def _same_content(a: Any, b: Any) -> bool:
+    """Two batches consumed the same records: equal source end offsets (heartbeats aside)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.get("offsets") == b.get("offsets")
+    return bool(a == b)
+
+
+def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: str) -> None:
+    """At start: the query's newest marker (None: it has none) against its checkpoint.
+
+    Raises:
+        SinkHistoryError: a lost commit, or a checkpoint older than the sink's history.
+    """
+    if local_path(checkpoint) is None:
+        logger.info("checkpoint %s is not local: receipts are not kept", checkpoint)
+        receipts = []
+    else:
+        receipts = ReceiptLog(checkpoint).newer_than(
+            None if marker is None else int(marker["batchId"])
+        )
+    if receipts:
+        first = receipts[0]
+        have = "none" if marker is None else f"batch {marker['batchId']}"
+        raise SinkHistoryError(
+            f"the broker lost a committed batch of {topic!r}: batch {first.batch_id} "
+            f"({first.records} records, source offsets {_offsets(first.source_end)}) was "
+            f"acknowledged as committed "
+            f"{_when({'committedAtMs': first.committed_at_ms})}, but the newest progress marker "
+            f"the broker now has for this query is {have}"
+            + (f" (source offsets {_offsets(marker.get('sourceEnd'))})" if marker else "")
+            + f"; {len(receipts)} acknowledged batch(es) are missing. The job stops rather than "
+            "write on over the hole. Recover the broker's data (replicas, backups), or re-count "
+            "from the last batch the broker has: restore the checkpoint copy that matches it, or "
+            f"delete the receipts in {checkpoint}/ipcount-sink newer than that batch and start "
+            "with `--new-query` on a new checkpoint"
+        )
+    if marker is None or int(marker["batchId"]) < 0:
+        return  # nothing committed yet (a --new-query start's marker ends before batch 0)
+    try:
+        log = OffsetLog(checkpoint)
+        planned = log.batch_ids()
+    except Exception as exc:  # a checkpoint Python cannot read: the commit-time check remains
+        logger.info(
+            "cannot read the offset log of %s (%s): skipping the start check", checkpoint, exc
+        )
+        return
+    batch = int(marker["batchId"])
+    if not planned or planned[-1] < batch:
+        newest = planned[-1] if planned else None
+        raise _older(checkpoint, topic, marker, newest)
+    if batch in planned and marker.get("sourceEnd") is not None:
+        mine = log.source_end(batch)
+        if mine is not None and not _same_content(mine, marker["sourceEnd"]):
+            raise _different(checkpoint, topic, marker, batch, mine)
+
+
+def check_replay(
+    batch_id: int,
+    source_end: Any,
+    marker: Mapping[str, Any] | None,
+    checkpoint: str,
+    topic: str,
+) -> None:
+    """A batch at or below the newest committed one is about to be skipped as a replay: only the
+    very batch the sink committed, with the same source offsets, may be.
+
+    Raises:
+        SinkHistoryError: an older batch, or the same batch id over other offsets.
+    """
+    if marker is None:
+        return
+    committed = int(marker["batchId"])
+    if batch_id < committed:
+        raise _older(checkpoint, topic, marker, batch_id)
+    theirs = marker.get("sourceEnd")
+    if source_end is not None and theirs is not None and not _same_content(source_end, theirs):
+        raise _different(checkpoint, topic, marker, batch_id, source_end)
+
+
+def _older(
+    checkpoint: str, topic: str, marker: Mapping[str, Any], spark_batch: int | None
+) -> SinkHistoryError:
+    at = "has planned no batch" if spark_batch is None else f"is at batch {spark_batch}"
+    return SinkHistoryError(
+        f"the checkpoint {checkpoint} is older than the sink's history: Spark {at}, but "
+        f"{topic!r} already holds this query's batch {marker['batchId']} (source offsets "
+        f"{_offsets(marker.get('sourceEnd'))}, committed {_when(marker)}). Replaying would skip "
+        "batches whose content differs from what was committed. Restore the newest checkpoint "
+        "of this query, or start a new query on a new checkpoint with `--new-query`"
+    )
+
+
+def _different(
+    checkpoint: str, topic: str, marker: Mapping[str, Any], batch: int, mine: Any
+) -> SinkHistoryError:
+    return SinkHistoryError(
+        f"the checkpoint {checkpoint} does not match the sink's history: its batch {batch} "
+        f"consumed source offsets {_offsets(mine)}, but the batch {marker['batchId']} committed "
+        f"to {topic!r} {_when(marker)} consumed {_offsets(marker.get('sourceEnd'))}. This "
+        "checkpoint is older than the sink's history or belongs to another run. Restore the "
+        "newest checkpoint of this query, or start a new query on a new checkpoint with "
+        "`--new-query`"
+    )
+
+
+def other_query_output(
+    markers: Mapping[str, Mapping[str, Any]],
+    query_id: str,
+    topic: str,
+    source_topics: Iterable[str],
+) -> Mapping[str, Any] | None:
+    """The newest marker of another query that wrote `topic` from any of `source_topics` (None
+    when there is none). Markers without "topic"/"sourceEnd" (older ipcount) are not judged."""
+    wanted = set(source_topics)
+    found: Mapping[str, Any] | None = None
+    for qid, marker in markers.items():
+        if qid == query_id or marker.get("topic") != topic:
+            continue
+        end = marker.get("sourceEnd")
+        read = set(end.get("offsets", {})) if isinstance(end, dict) else set()
+        if not read & wanted:
+            continue
+        if found is None or int(marker.get("committedAtMs", 0)) > int(
+            found.get("committedAtMs", 0)
+        ):
+            found = marker
+    return found
+
+
+def starting_offsets_after(marker: Mapping[str, Any]) -> str:
+    """startingOffsets JSON ({"topic": {"0": n}}) at the end of a marker's batch."""
+    end = marker.get("sourceEnd")
+    if not isinstance(end, dict) or not isinstance(end.get("offsets"), dict):
+        raise SinkHistoryError(
+            f"the progress marker of query {marker.get('queryId')} holds no source offsets"
+        )
+    return json.dumps(end["offsets"], sort_keys=True)
+
+
+def refuse_new_query(
+    other: Mapping[str, Any], query_id: str, topic: str, checkpoint: str
+) -> SinkHistoryError:
+    """The error for a new query on a sink that holds another query's output."""
+    return SinkHistoryError(
+        f"{topic!r} already holds the output of query {other.get('queryId')} (its batch "
+        f"{other.get('batchId')} committed {_when(other)}, source offsets "
+        f"{_offsets(other.get('sourceEnd'))}) from the same source, but the checkpoint "
+        f"{checkpoint} belongs to a new query ({query_id}): it would count the source again from "
+        "job.starting_offsets and duplicate those windows. Point job.checkpoint_location at "
+        "that query's checkpoint, or start this new query where that output ends with "
+        "`ipcount run --new-query` (windows still open in the old query's state when it "
+        "stopped then get only their later records)"
+    )

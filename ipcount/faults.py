@@ -1,7 +1,8 @@
 """Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId,..." makes `fault_point`
 SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver).
-"point@batchId/stop" SIGSTOPs this process there instead (once per process): a writer frozen in its
-open transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside.
+"point@batchId/stop" SIGSTOPs this process there instead (once per process and entry; with
+IPCOUNT_FAULTS_STATE, once per job for the point whatever the batch): a writer frozen in its open
+transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside.
 "point@batchId/abort" raises TransactionAbortedError there instead, once per job: an abortable
 Kafka error, which the job's restart strategy must survive (fired faults are remembered in the
 directory IPCOUNT_FAULTS_STATE when set, else per process)."""
@@ -105,8 +106,10 @@ def fault_point(name: str, batch_id: int) -> None:
         _abort_once(name, batch_id)
         return
     entry = f"{name}@{batch_id}{STOP_SUFFIX}"
-    if entry in (e.strip() for e in spec.split(",")):
-        if entry in _stopped:  # once per process: the retried batch then goes through
+    if entry in entries:
+        # Once per process (the retried batch then goes through); with a state directory once
+        # per job for the point: a range of batches armed so that one of them stops, one does.
+        if entry in _stopped or not _first_in_job(f"{name}{STOP_SUFFIX}"):
             return
         _stopped.add(entry)
         logger.error("fault injection: %s@%d: SIGSTOP to pid %d", name, batch_id, os.getpid())
@@ -130,16 +133,27 @@ def fault_point(name: str, batch_id: int) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+def _first_in_job(key: str) -> bool:
+    """Whether `key` fires for the first time in this job: recorded in IPCOUNT_FAULTS_STATE when
+    set (shared by the job's processes and its restarts), else always true."""
+    state = os.environ.get(STATE_ENV_VAR, "")
+    if not state:
+        return True
+    flag = os.path.join(state, key.replace("/", "_") + ".fired")
+    try:
+        fd = os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(str(os.getpid()))
+    return True
+
+
 def _abort_once(name: str, batch_id: int) -> None:
     key = f"{name}@{batch_id}{ABORT_SUFFIX}"
-    state = os.environ.get(STATE_ENV_VAR, "")
-    flag = os.path.join(state, key.replace("/", "_") + ".fired") if state else ""
-    if key in _stopped or (flag and os.path.exists(flag)):
+    if key in _stopped or not _first_in_job(key):
         return
     _stopped.add(key)
-    if flag:
-        with open(flag, "w", encoding="utf-8") as fh:
-            fh.write(str(os.getpid()))
     logger.error("fault injection: %s@%d: an abortable Kafka error", name, batch_id)
     _record(f"fault injection: {name}@{batch_id}: abortable error in pid {os.getpid()}\n")
     raise TransactionAbortedError(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ipcount.chaos.job import SynthProcess, child_env
-from ipcount.chaos.plan import BROKER_HANG, BROKER_RESTART, ChaosOptions
+from ipcount.chaos.plan import BROKER_EVENTS, ChaosOptions
 from ipcount.config import Settings, load_settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
@@ -72,9 +72,9 @@ class ChaosEnv:
             # Only the local [broker] (`ipcount broker start`) can be restarted from here.
             if local.status().running and local.bootstrap == bootstrap:
                 self.broker = local
-            elif BROKER_RESTART in events or BROKER_HANG in events:
+            elif any(e in BROKER_EVENTS for e in events):
                 self.on_note(f"{bootstrap} is not the local [broker]: broker faults skipped")
-                events = [e for e in events if e not in (BROKER_RESTART, BROKER_HANG)]
+                events = [e for e in events if e not in BROKER_EVENTS]
         else:
             self.broker = configured_broker(self.base, self.run_dir / "broker", free_port())
             self.broker.start(timeout=self.base.broker.start_timeout_seconds)

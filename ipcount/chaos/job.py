@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 # What ipcount.faults logs just before the SIGKILL: "fault injection: sink.before_commit@7: ...".
 _FAULT_LINE = re.compile(r"fault injection: (?P<point>[a-z_.]+)@(?P<batch>-?\d+): SIGKILL")
+_STOP_LINE = re.compile(
+    r"fault injection: (?P<point>[a-z_.]+)@(?P<batch>-?\d+): SIGSTOP to pid (?P<pid>\d+)"
+)
 # Both of ipcount.sink.txn's messages for a writer that a newer job fenced say this.
 _FENCED = "two jobs are using the same checkpoint"
 _KILL_EXIT_CODES = (-signal.SIGKILL, 128 + signal.SIGKILL)
@@ -62,14 +65,14 @@ def last_planned_batch(checkpoint: str | Path) -> int | None:
     return ids[-1] if ids else None
 
 
-def fault_spec(point: str, first_batch: int, span: int) -> str:
+def fault_spec(point: str, first_batch: int, span: int, action: str = "") -> str:
     """IPCOUNT_FAULTS for `point` at every batch id in [first_batch, first_batch + span).
 
     Fault points fire only for batches that have output (one in a few triggers has: windows end
     every window_seconds) and are not replays, so a range makes the fault fire at the first
     batch of the range with output instead of never.
     """
-    return ",".join(f"{point}@{b}" for b in range(first_batch, first_batch + span))
+    return ",".join(f"{point}@{b}{action}" for b in range(first_batch, first_batch + span))
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class JobProcess:
         self.started = time.monotonic()
         # The last committed batch when it started (set by the caller): progress counts from it.
         self.committed_at_start: int | None = None
+        # The chaos event its faults were armed for (set by the caller).
+        self.armed: str | None = None
         logger.info("%s started: pid %d, log %s", name, self.pid, log_path)
 
     @property
@@ -188,6 +193,11 @@ class JobProcess:
     def log_tail(self, lines: int = 30) -> str:
         keep = [ln for ln in self.log_text().splitlines() if "GLIBC_2.39" not in ln]
         return "\n".join(keep[-lines:])
+
+    def stopped_writer(self) -> tuple[int, int] | None:
+        """(batch, pid) of the Python worker a "/stop" fault froze, if its log says one did."""
+        m = _STOP_LINE.search(self.log_text())
+        return (int(m.group("batch")), int(m.group("pid"))) if m else None
 
     def fault_fired(self) -> FaultLine | None:
         """The fault point that killed it, if its log says one fired."""

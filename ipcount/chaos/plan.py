@@ -15,6 +15,8 @@ __all__ = [
     "BEFORE_COMMIT",
     "AFTER_COMMIT",
     "BROKER_RESTART",
+    "BROKER_COMMIT",
+    "BROKER_EVENTS",
     "JOB_EXIT",
     "INJECTED",
     "ChaosOptions",
@@ -33,8 +35,14 @@ INJECTED = (BEFORE_COMMIT, AFTER_COMMIT)
 # A stop and start of the broker while the job runs: SIGTERM (controlled shutdown), or SIGKILL
 # when the broker loses nothing it acknowledged on a kill (Apache Kafka; see LocalBroker).
 BROKER_RESTART = "broker-restart"
+# A broker restart while the sink's commit is in flight: the writer stops itself right before
+# commit_transaction (a sink.before_commit "/stop" fault), is resumed, and the broker is stopped
+# at once, so the commit request races the shutdown (the moment noida-db was seen to acknowledge
+# a commit and lose it). Every second broker restart of a plan is one of these.
+BROKER_COMMIT = "broker-restart-commit"
 # A hung broker: SIGSTOP, then SIGCONT (connections stay open, nothing is answered).
 BROKER_HANG = "broker-hang"
+BROKER_EVENTS = (BROKER_RESTART, BROKER_COMMIT, BROKER_HANG)
 # The job ended on its own (not planned): it is restarted and reported.
 JOB_EXIT = "job-exit"
 # The job's self-check found a commit the broker acknowledged and lost: the round ends, reported.
@@ -102,7 +110,8 @@ def plan_events(
 ) -> list[str]:
     """The order of faults: `kills` job kills (at least one random SIGKILL, one
     sink.before_commit and one sink.after_commit when kills >= 3; otherwise before_commit first,
-    then after_commit), `broker_restarts` broker restarts and `broker_hangs` broker hangs.
+    then after_commit), `broker_restarts` broker restarts (every second one while a commit is in
+    flight: BROKER_COMMIT) and `broker_hangs` broker hangs.
 
     An injected fault is armed when the job starts (IPCOUNT_FAULTS is read by the job), so a
     broker restart the job may survive is placed only before a random kill or at the end: the
@@ -111,7 +120,8 @@ def plan_events(
     base = [BEFORE_COMMIT, AFTER_COMMIT, KILL]
     kinds = base[: min(kills, 3)] + [rng.choice(base) for _ in range(max(0, kills - 3))]
     rng.shuffle(kinds)
-    broker = [BROKER_RESTART] * broker_restarts + [BROKER_HANG] * broker_hangs
+    restarts = [BROKER_COMMIT if i % 2 else BROKER_RESTART for i in range(broker_restarts)]
+    broker = restarts + [BROKER_HANG] * broker_hangs
     for event in broker:
         slots = [i for i, k in enumerate(kinds) if k == KILL] + [len(kinds)]
         kinds.insert(rng.choice(slots), event)
@@ -208,7 +218,8 @@ class ChaosReport:
         return (
             f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
             f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
-            f"broker_restarts={self.count(BROKER_RESTART)} (sigterm={self.signals('SIGTERM')} "
+            f"broker_restarts={self.count(BROKER_RESTART) + self.count(BROKER_COMMIT)} "
+            f"(in_commit={self.count(BROKER_COMMIT)} sigterm={self.signals('SIGTERM')} "
             f"sigkill={self.signals('SIGKILL')}) broker_hangs={self.count(BROKER_HANG)} "
             f"unplanned_exits={self.count(JOB_EXIT)} "
             f"missed_faults={self.missed} confirmed_faults={len(self.confirmed)} "

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from ipcount.chaos.broker_faults import BrokerFaults
 from ipcount.chaos.check import confirm_faults, crash_evidence
 from ipcount.chaos.env import ChaosEnv, ChaosError
 from ipcount.chaos.job import (
@@ -25,9 +26,8 @@ from ipcount.chaos.job import (
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
-    BROKER_HANG,
+    BROKER_COMMIT,
     BROKER_LOSS,
-    BROKER_RESTART,
     INJECTED,
     JOB_EXIT,
     KILL,
@@ -38,6 +38,7 @@ from ipcount.chaos.plan import (
 )
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
+from ipcount.faults import STATE_ENV_VAR
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 
@@ -54,7 +55,7 @@ _WHY = {
 }
 
 
-class ChaosRunner:
+class ChaosRunner(BrokerFaults):
     """One chaos run; `run()` returns its report. Prints nothing: faults go to `on_event`,
     progress notes to `on_note`."""
 
@@ -99,17 +100,28 @@ class ChaosRunner:
 
     def _start_job(self, next_event: str | None) -> JobProcess:
         faults = armed = ""
-        if next_event in INJECTED:
+        self.report.job_starts += 1
+        n = self.report.job_starts
+        log = self.run_dir / f"job-{n}.log"
+        env = child_env(faults_log=log)
+        if next_event in INJECTED or next_event == BROKER_COMMIT:
             last = last_committed_batch(self.checkpoint)
             # Past the batch a restart replays (last + 1): the fault hits a new batch, live.
             first = (last if last is not None else -1) + 2
-            faults = fault_spec(next_event, first, self.options.fault_span)
+            span = self.options.fault_span
+            if next_event == BROKER_COMMIT:
+                # The writer freezes itself before one commit of the range (once per job).
+                faults = fault_spec(BEFORE_COMMIT, first, span, "/stop")
+                state = self.run_dir / f"faults-{n}"
+                state.mkdir(parents=True, exist_ok=True)
+                env[STATE_ENV_VAR] = str(state)
+            else:
+                faults = fault_spec(next_event, first, span)
             armed = f"; armed: {next_event} from batch {first}"
-        self.report.job_starts += 1
-        n = self.report.job_starts
+        env = child_env(env, faults=faults, faults_log=log)
         argv = [sys.executable, "-m", "ipcount", *self.env.cli, "run"]
-        log = self.run_dir / f"job-{n}.log"
-        job = JobProcess(argv, log, env=child_env(faults=faults, faults_log=log))
+        job = JobProcess(argv, log, env=env)
+        job.armed = next_event if faults else None
         job.committed_at_start = last_committed_batch(self.checkpoint)
         self.on_note(f"job start {n} (pid {job.pid}, log {log.name}){armed}")
         self.job = job
@@ -256,76 +268,6 @@ class ChaosRunner:
             + crash_evidence(self.env.settings, self.checkpoint, kind, fired.batch),
             injected=job.killed,
         )
-
-    def _broker_signal(self, kind: str) -> str:
-        """SIGSTOP for a hang. A restart is SIGTERM on a broker that loses acknowledged writes
-        when killed (noida-db); on one that does not (Apache Kafka), the first restart is a
-        SIGKILL and they alternate from there."""
-        if kind == BROKER_HANG:
-            return "SIGSTOP"
-        broker = self.env.broker
-        if broker is None or not broker.durable_kill:
-            return "SIGTERM"
-        return (
-            "SIGKILL"
-            if self.report.signals("SIGKILL") <= self.report.signals("SIGTERM")
-            else ("SIGTERM")
-        )
-
-    def _restart_broker(self, job: JobProcess, kind: str = BROKER_RESTART) -> JobProcess | None:
-        """Restart (or hang) the broker while the job runs; the job if it carried on, else None.
-
-        noida-db saves its state about once a second, so a kill -9 of it loses the acknowledged
-        writes of the last second, and even a graceful stop was measured to lose a produce
-        request in flight at that moment (2 acknowledged records of ~580 in 2 of 5 restarts; the
-        idempotent producer then fails with a fatal OUT_OF_ORDER_SEQUENCE_NUMBER). Both are
-        durability losses of that broker, which Apache Kafka does not have and no client can
-        survive. So on noida-db the broker stops right after a micro-batch's commit, when the job
-        has no transaction in flight; on Apache Kafka it is killed whenever it comes. Either way
-        the generator is stopped first (it flushes and writes its ledger; a new one starts after
-        the restart): records held in a producer while the broker is away would be late by the
-        time they arrive. The job may still die meanwhile; the runner then restarts it.
-        """
-        if self.env.broker is None:
-            return job
-        how = self._broker_signal(kind)
-        job = self._ready_then_wait(job, kind, self.rng.uniform(0.5, 3.0))
-        self.env.pause_synth()
-        before = last_committed_batch(self.checkpoint)
-        o = self.options
-        if not self.env.broker.durable_kill:
-            deadline = time.monotonic() + o.idle_timeout_seconds + 3 * o.trigger_interval_seconds
-            deadline += 30
-            while job.alive and last_committed_batch(self.checkpoint) == before:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
-            before = last_committed_batch(self.checkpoint)
-        down = self.env.restart_broker(how)
-        self.env.resume_synth(more=self.faults_pending)
-        what = f"{how}; broker away {down:.1f}s"
-        deadline = time.monotonic() + self.options.start_timeout_seconds
-        while job.alive and time.monotonic() < deadline:
-            last = last_committed_batch(self.checkpoint)
-            if last is not None and (before is None or last > before):
-                recovered = time.monotonic() - deadline + self.options.start_timeout_seconds
-                self._event(
-                    kind,
-                    last,
-                    f"{what}; job carried on (next commit {recovered:.1f}s after)",
-                    signal=how,
-                    recovery_s=down + recovered,
-                )
-                return job
-            self._tick()
-        if job.alive:
-            job.kill()
-            outcome = "job made no progress after it: SIGKILLed and restarted"
-        else:
-            job.reap()
-            outcome = f"job died (exit {job.returncode}, see {job.log_path.name}): restarted"
-        self._event(kind, before, f"{what}; {outcome}", signal=how)
-        return None
 
     # --- the run --------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from ipcount.checkpoint.receipts import ReceiptLog
 from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.consume import TopicReader
+from ipcount.sink.continuity import POSITION_KEY
 
 __all__ = [
     "RUN_SUFFIX",
@@ -168,6 +169,7 @@ def read_markers(
                     "ipcount: topics.progress must be ipcount's own topic"
                 ) from exc
             if query not in newest or batch >= int(newest[query]["batchId"]):
+                marker[POSITION_KEY] = [rec.partition, rec.offset]
                 newest[query] = marker
     return newest
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -22,11 +21,12 @@ from ipcount.kafka.client import (
     transaction_timeout_error,
     with_client_logging,
 )
+from ipcount.sink.continuity import POSITION_KEY, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay, read_markers
 from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
 
-__all__ = ["TxnSession", "session_for", "abort_open_transaction"]
+__all__ = ["TxnSession"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +179,16 @@ class TxnSession:
             )
             self._receipt(batch_id, int((self.last_marker or {}).get("records", 0)), source_end)
             return CommitOutcome("replay", batch_id, 0, time.monotonic() - started)
+        # The batch before this one must still be on the broker: never write over a lost commit.
+        cfg = self.config
+        check_still_committed(
+            cfg.consumer_conf,
+            cfg.progress_topic,
+            self.last_marker,
+            cfg.topic,
+            batch_id,
+            cfg.retry_deadline_seconds,
+        )
         producer = self._producer
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
@@ -195,11 +205,18 @@ class TxnSession:
                 "transactionalId": self.config.transactional_id,
                 "committedAtMs": int(time.time() * 1000),
             }
+            position: list[int] = []
+
+            def _where(err: Any, msg: Any) -> None:
+                if err is None:
+                    position.extend([msg.partition(), msg.offset()])
+
             _produce(
                 producer,
                 self.config.progress_topic,
                 json.dumps(marker, separators=(",", ":")).encode(),
                 self.config.query_id.encode(),
+                on_delivery=_where,
             )
             # commit_transaction flushes anyway; flushing first means that at sink.before_commit
             # the batch sits on the broker inside the open transaction (what a crash leaves).
@@ -215,6 +232,8 @@ class TxnSession:
         )
         self._in_transaction = False
         self.last_committed = batch_id
+        if position:
+            marker[POSITION_KEY] = position
         self.last_marker = marker
         self._receipt(batch_id, count + late, source_end)
         fault_point("sink.after_commit", batch_id)
@@ -406,13 +425,16 @@ def _produce(
     value: bytes | None,
     key: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
+    on_delivery: Callable[[Any, Any], Any] | None = None,
 ) -> None:
+    extra: dict[str, Any] = {}
+    if headers:
+        extra["headers"] = headers
+    if on_delivery is not None:
+        extra["on_delivery"] = on_delivery
     while True:
         try:
-            if headers:
-                producer.produce(topic, value, key, headers=headers)
-            else:
-                producer.produce(topic, value, key)
+            producer.produce(topic, value, key, **extra)
             return
         except BufferError:
             # The local queue is full: let librdkafka send, then try again.
@@ -422,28 +444,3 @@ def _produce(
 def _chain(first: Record, rest: Iterable[Record]) -> Iterable[Record]:
     yield first
     yield from rest
-
-
-# Commits run in a reused Python process on the driver, while the writer object is rebuilt for
-# every batch: the producer and the last committed batchId therefore live at module level.
-_SESSIONS: dict[str, TxnSession] = {}
-_LOCK = threading.Lock()
-
-
-def session_for(config: TxnConfig) -> TxnSession:
-    """The process-wide session for `config.transactional_id` (replaced if the config changed)."""
-    with _LOCK:
-        current = _SESSIONS.get(config.transactional_id)
-        if current is None or current.config != config:
-            if current is not None:
-                current.close()
-            current = TxnSession(config)
-            _SESSIONS[config.transactional_id] = current
-        return current
-
-
-def abort_open_transaction(transactional_id: str, batch_id: int) -> bool:
-    """Abort the process-wide session's open transaction, if it has one."""
-    with _LOCK:
-        session = _SESSIONS.get(transactional_id)
-    return session is not None and session.abort_open(batch_id)

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, SchemaError
 from ipcount.formats.avro import WIRE_FORMATS, make_codec
-from ipcount.sink.txn import abort_open_transaction, session_for
+from ipcount.sink.sessions import abort_open_transaction, session_for
 from ipcount.sink.txn_config import Record, TxnConfig, default_transactional_id, new_run_id
 from ipcount.worker_gc import freeze_long_lived
 

@@ -57,3 +57,42 @@ def test_pin_process_group_only_with_faults(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_stop_entries_parse_like_kill_entries() -> None:
     assert parse_faults("sink.before_commit@3/stop") == {("sink.before_commit", 3)}
+
+
+def test_a_stop_over_a_range_of_batches_fires_once_per_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    # A worker process that passes the fault point for batches 3, 4 and 5, as Spark's commits do.
+    child = (
+        "from ipcount.faults import fault_point\n"
+        "for b in (3, 4, 5):\n"
+        "    fault_point('sink.before_commit', b)\n"
+        "print('done')\n"
+    )
+    env = {
+        **os.environ,
+        "IPCOUNT_FAULTS": ",".join(f"sink.before_commit@{b}/stop" for b in (3, 4, 5)),
+        "IPCOUNT_FAULTS_STATE": str(tmp_path),
+    }
+    for name in ("IPCOUNT_FAULTS_PGID", "IPCOUNT_FAULTS_LOG"):
+        env.pop(name, None)
+
+    def run() -> tuple[int, str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child], env=env, stdout=subprocess.PIPE, text=True
+        )
+        stops = 0
+        while True:
+            _, status = os.waitpid(proc.pid, os.WUNTRACED)
+            if os.WIFSTOPPED(status):
+                stops += 1
+                os.kill(proc.pid, signal.SIGCONT)
+                continue
+            assert os.WEXITSTATUS(status) == 0
+            return stops, proc.stdout.read() if proc.stdout else ""
+
+    assert run() == (1, "done\n")  # froze at batch 3 only
+    assert run() == (0, "done\n")  # a later process of the same job: already fired

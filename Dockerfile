@@ -28,10 +28,12 @@ COPY conf ./conf
 # The job's dependencies and the [loadgen] extra (`loadgen serve`, Locust); not [bench] or [dev].
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install '/opt/ipcount[loadgen]' \
-    && chmod 0755 /opt/ipcount/conf/docker-entrypoint.sh
+    && chmod 0755 /opt/ipcount/conf/docker-entrypoint.sh /opt/ipcount/conf/docker-healthcheck.sh
 # The default settings; mount your own file over it (or point IPCOUNT_CONFIG elsewhere).
 COPY conf/ipcount.toml /etc/ipcount/ipcount.toml
 
+# IPCOUNT_METRICS_*: the job serves /metrics and /healthz on 9464, reachable from outside the
+# container (Prometheus, the HEALTHCHECK below, Kubernetes probes).
 # PYSPARK_PYTHON: driver and executors run the venv's interpreter (a cluster's workers built from
 # this image have it at the same path).
 ENV PATH=/opt/venv/bin:$PATH \
@@ -40,7 +42,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     SPARK_CONF_DIR=/opt/ipcount/conf \
     APP_DIR=/opt/ipcount \
     IPCOUNT_CONFIG=/etc/ipcount/ipcount.toml \
-    SPARK_MASTER_URL=local[*]
+    SPARK_MASTER_URL=local[*] \
+    IPCOUNT_METRICS_PORT=9464 \
+    IPCOUNT_METRICS_HOST=0.0.0.0
 
 RUN useradd --create-home --uid 10001 --user-group ipcount \
     && mkdir -p /var/lib/ipcount \
@@ -51,8 +55,14 @@ WORKDIR /var/lib/ipcount
 VOLUME ["/var/lib/ipcount"]
 
 # 4040 Spark UI (when spark.ui.enabled), 7078/7079 driver and block manager ports for executors on
-# a cluster (set spark.driver.port / spark.blockManager.port to them), 8080 `loadgen serve`.
-EXPOSE 4040 7078 7079 8080
+# a cluster (set spark.driver.port / spark.blockManager.port to them), 8080 `loadgen serve`,
+# 9464 the job's /metrics and /healthz.
+EXPOSE 4040 7078 7079 8080 9464
+
+# The job's /healthz (503 when its query stopped, failed or stalls with records waiting); other
+# commands run in this image are always healthy. The start period covers the JVM's start-up.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=180s --retries=3 \
+    CMD ["/opt/ipcount/conf/docker-healthcheck.sh"]
 
 ENTRYPOINT ["/usr/bin/tini", "--", "/opt/ipcount/conf/docker-entrypoint.sh"]
 CMD ["job"]

@@ -10,6 +10,8 @@
 #   SPARK_SUBMIT_EXTRA_ARGS   more spark-submit options, split on spaces (e.g. --conf k=v)
 #   APP_DIR                   where the ipcount source tree is (default /opt/ipcount)
 #   IPCOUNT_CONFIG            the settings file; IPCOUNT_<SECTION>_<KEY> override settings
+#   JOB_MARKER                file the job subcommand writes (default /tmp/ipcount-job): the
+#                             image's HEALTHCHECK (conf/docker-healthcheck.sh) probes only the job
 set -uo pipefail
 
 APP_DIR="${APP_DIR:-/opt/ipcount}"
@@ -45,6 +47,7 @@ job() {
     spark-submit --master "$SPARK_MASTER_URL" "${extra[@]}" \
         "$APP_DIR/ipcount/__main__.py" --config "$IPCOUNT_CONFIG" run "$@" &
     submit_pid=$!
+    echo "$submit_pid" >"${JOB_MARKER:-/tmp/ipcount-job}" 2>/dev/null || true
     trap forward TERM INT
     while kill -0 "$submit_pid" 2>/dev/null; do
         wait "$submit_pid"

@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 
 
 def add_settings_options(parser: argparse.ArgumentParser) -> None:
-    """The options every ipcount/loadgen command line shares: --config, --set, --log-level."""
+    """The options every ipcount/loadgen command line shares: --config, --set, --log-level,
+    --log-format."""
     parser.add_argument(
         "-c",
         "--config",
@@ -37,6 +38,13 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
         "--set kafka.client.security.protocol=SASL_SSL (repeatable)",
     )
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    parser.add_argument(
+        "--log-format",
+        choices=logsetup.FORMATS,
+        default=None,
+        help="text (default; env IPCOUNT_LOG_FORMAT) or json: one JSON object per line, the "
+        "per-batch progress figures as fields",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit status (errors print one line, no stack trace)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logsetup.configure(args.log_level)
+    try:
+        logsetup.configure(args.log_level, args.log_format)
+    except ValueError as exc:  # a bad IPCOUNT_LOG_FORMAT / IPCOUNT_LOG_LEVEL
+        print(f"ipcount: error: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -171,7 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (errors print one line, no stack trace)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logsetup.configure(args.log_level)
+    try:
+        logsetup.configure(args.log_level, args.log_format)
+    except ValueError as exc:  # a bad IPCOUNT_LOG_FORMAT / IPCOUNT_LOG_LEVEL
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return 2
     func: Any = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -11,12 +11,15 @@ import logging
 import re
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
 
 from ipcount.config import Settings
 from ipcount.formats.accesslog import (
@@ -51,6 +54,7 @@ STATIC: dict[str, tuple[str, bytes]] = {
 }
 _STATS_KEY = web.AppKey("loadgen_stats", dict[str, int])
 _SENDER_KEY = web.AppKey("loadgen_sender", object)
+_REGISTRY_KEY = web.AppKey("loadgen_registry", CollectorRegistry)
 
 
 def _page(title: str, body: str) -> str:
@@ -146,17 +150,46 @@ async def _stats(request: web.Request) -> web.Response:
     return web.json_response(_snapshot(request.app))
 
 
+class _ServiceCollector:
+    """The service's figures for prometheus_client, read from its stats at scrape time."""
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+
+    def collect(self) -> Iterator[Any]:
+        snap = _snapshot(self._app)
+        yield CounterMetricFamily(
+            "loadgen_requests", "Requests answered (each one an access record)", snap["requests"]
+        )
+        yield CounterMetricFamily(
+            "loadgen_records_malformed",
+            "Access records longer than the job's max record size (malformed for the job)",
+            snap["malformed"],
+        )
+        producer = snap["producer"]
+        for key, text in _PRODUCER_FIGURES.items():
+            yield CounterMetricFamily(f"loadgen_records_{key}", text, producer.get(key, 0))
+        yield GaugeMetricFamily(
+            "loadgen_backlog", "Records waiting for the background sender", snap["backlog"]
+        )
+        yield CounterMetricFamily(
+            "loadgen_ledger_saves", "Times the ground-truth ledger was saved", snap["ledger_saves"]
+        )
+
+
+_PRODUCER_FIGURES = {
+    "produced": "Records handed to the Kafka producer",
+    "delivered": "Records the broker acknowledged",
+    "failed": "Records whose delivery failed",
+    "backpressure": "Times the producer queue was full and the sender waited",
+    "dropped": "Records dropped (not sent)",
+}
+
+
 async def _metrics(request: web.Request) -> web.Response:
-    snap = _snapshot(request.app)
-    lines = [
-        f"loadgen_requests_total {snap['requests']}",
-        f"loadgen_records_malformed_total {snap['malformed']}",
-    ]
-    for key in ("produced", "delivered", "failed", "backpressure", "dropped"):
-        lines.append(f"loadgen_records_{key}_total {snap['producer'].get(key, 0)}")
-    lines.append(f"loadgen_backlog {snap['backlog']}")
-    lines.append(f"loadgen_ledger_saves_total {snap['ledger_saves']}")
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    body = encoder(request.app[_REGISTRY_KEY])
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 def _snapshot(app: web.Application) -> dict[str, Any]:
@@ -246,6 +279,10 @@ def build_app(sender: BackgroundSender | None, max_record_bytes: int = 8192) -> 
     app = web.Application(middlewares=[_access_log_middleware(sender, max_record_bytes, stats)])
     app[_STATS_KEY] = stats
     app[_SENDER_KEY] = sender
+    # One registry per app (not prometheus_client's global one): apps in one process stay apart.
+    registry = CollectorRegistry()
+    registry.register(_ServiceCollector(app))  # type: ignore[arg-type]
+    app[_REGISTRY_KEY] = registry
     app.router.add_get("/", _home)
     app.router.add_get("/products", _products)
     app.router.add_get(r"/products/{id}", _product)

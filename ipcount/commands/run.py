@@ -44,12 +44,22 @@ def register(sub: Any) -> None:
         "later records",
     )
     p.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics and health on /healthz "
+        "(HOST: metrics.host, default 127.0.0.1; default PORT: metrics.port, 0 = off)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.job.runner import run_job
 
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise ConfigError(f"--metrics-port must be 0 (off) or a TCP port, got {args.metrics_port}")
     if args.close_all_windows and not args.available_now:
         raise ConfigError("--close-all-windows needs --available-now (a bounded run)")
     return run_job(
@@ -58,4 +68,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         timeout=args.timeout,
         close_all_windows=args.close_all_windows,
         new_query=args.new_query,
+        metrics_port=args.metrics_port,
     )

@@ -24,6 +24,7 @@ _NOT_SETTINGS = frozenset(
     {
         "IPCOUNT_CONFIG",
         "IPCOUNT_LOG_LEVEL",
+        "IPCOUNT_LOG_FORMAT",
         "IPCOUNT_SPARK_LOG_LEVEL",
         "IPCOUNT_FAULTS",
         "IPCOUNT_FAULTS_PGID",

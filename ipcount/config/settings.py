@@ -16,6 +16,7 @@ __all__ = [
     "SinkSettings",
     "BrokerSettings",
     "SparkSettings",
+    "MetricsSettings",
     "Settings",
     "SECTIONS",
     "PASSTHROUGH",
@@ -172,6 +173,22 @@ class SparkSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The driver's Prometheus /metrics and /healthz endpoint (`ipcount run --metrics-port`)."""
+
+    # 0 = off. The endpoint serves /metrics (Prometheus text) and /healthz.
+    port: int = 0
+    # Loopback by default: nothing is exposed unless asked; containers need 0.0.0.0.
+    host: str = "127.0.0.1"
+    # /healthz answers 503 after this many trigger intervals without a finished micro-batch while
+    # records wait in the source (lag > 0). Idle with nothing waiting is healthy.
+    stall_triggers: int = 120
+    # How often the driver asks the brokers for the source's stable end offsets (one ListOffsets
+    # call, off the micro-batch path) to refresh ipcount_source_lag_records.
+    lag_poll_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
 class Settings:
     """All of ipcount's settings."""
 
@@ -181,6 +198,7 @@ class Settings:
     sink: SinkSettings = field(default_factory=SinkSettings)
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     spark: SparkSettings = field(default_factory=SparkSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     # Where the settings came from, for messages ("defaults" when no file was read).
     source_path: str = "defaults"
 
@@ -200,6 +218,7 @@ SECTIONS: dict[str, type] = {
     "sink": SinkSettings,
     "broker": BrokerSettings,
     "spark": SparkSettings,
+    "metrics": MetricsSettings,
 }
 # Free-form tables of dotted client/Spark keys: section -> table names.
 PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": ("conf",)}
@@ -314,3 +333,11 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("spark", "shuffle_partitions", "must be at least 1")
     if s.spark.state_store not in ("rocksdb", "hdfs"):
         fail("spark", "state_store", f"must be 'rocksdb' or 'hdfs', got {s.spark.state_store!r}")
+    if not 0 <= s.metrics.port < 65536:
+        fail("metrics", "port", f"must be 0 (off) or a TCP port (1-65535), got {s.metrics.port}")
+    if not s.metrics.host.strip():
+        fail("metrics", "host", "must name an address to listen on (127.0.0.1, 0.0.0.0, ::)")
+    if s.metrics.stall_triggers < 1:
+        fail("metrics", "stall_triggers", "must be at least 1")
+    if s.metrics.lag_poll_seconds <= 0:
+        fail("metrics", "lag_poll_seconds", "must be positive")

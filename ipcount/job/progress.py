@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-__all__ = ["ProgressLogger", "summarize_progress"]
+__all__ = ["ProgressLogger", "summarize_progress", "end_offsets", "log_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -21,27 +21,50 @@ def _num(value: Any) -> float:
         return 0.0
 
 
-def _lag(source: dict[str, Any]) -> int | None:
-    """Records between the batch's end offsets and the latest offsets the source reported."""
-    try:
-        end = json.loads(source.get("endOffset") or "null")
-        latest = json.loads(source.get("latestOffset") or "null")
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(end, dict) or not isinstance(latest, dict):
-        return None
-    end_parts, latest_parts = _flatten(end), _flatten(latest)
-    return int(sum(max(0, latest_parts[k] - end_parts.get(k, 0)) for k in latest_parts))
+def _as_object(value: Any) -> Any:
+    """An offset as Spark's progress JSON holds it: an object, or (older renderings) a string."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
 
 
-def _flatten(offsets: dict[str, Any], prefix: str = "") -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, value in offsets.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}/"))
-        elif isinstance(value, int) and not isinstance(value, bool):
-            out[f"{prefix}{key}"] = value
+def _by_partition(table: Any) -> dict[tuple[str, int], int]:
+    """{"topic": {"0": n}} -> {("topic", 0): n}; anything else -> {}."""
+    out: dict[tuple[str, int], int] = {}
+    if not isinstance(table, dict):
+        return out
+    for topic, parts in table.items():
+        if not isinstance(parts, dict):
+            continue
+        for partition, value in parts.items():
+            if isinstance(value, int) and not isinstance(value, bool) and partition.isdigit():
+                out[(str(topic), int(partition))] = value
     return out
+
+
+def end_offsets(source: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """The next offset per partition after the batch (the source's endOffset)."""
+    end = _as_object(source.get("endOffset"))
+    return _by_partition(end.get("offsets")) if isinstance(end, dict) else {}
+
+
+def _lag(source: dict[str, Any]) -> dict[tuple[str, int], int] | None:
+    """Records per partition that the source saw in the log (its stable end, read_committed) but
+    left for later batches: the source's reportLatestOffset (see source.reader), else the
+    difference between its latest and end offsets. None when the source reported nothing."""
+    latest = _as_object(source.get("latestOffset"))
+    if not isinstance(latest, dict):
+        return None
+    if isinstance(latest.get("lag"), dict):
+        return _by_partition(latest["lag"])
+    end = end_offsets(source)
+    newest = _by_partition(latest.get("offsets"))
+    if not newest:
+        return None
+    return {tp: max(0, off - end.get(tp, 0)) for tp, off in newest.items()}
 
 
 def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +73,15 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
     sources = progress.get("sources") or []
     observed = (progress.get("observedMetrics") or {}).get("ipcount_quality") or {}
     durations = progress.get("durationMs") or {}
-    lags = [lag for lag in (_lag(s) for s in sources) if lag is not None]
+    lag_by_partition: dict[tuple[str, int], int] = {}
+    reported = False
+    ends: dict[tuple[str, int], int] = {}
+    for source in sources:
+        lag = _lag(source)
+        if lag is not None:
+            reported = True
+            lag_by_partition.update(lag)
+        ends.update(end_offsets(source))
     return {
         "name": progress.get("name"),
         "batch": progress.get("batchId"),
@@ -73,8 +104,19 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
         "add_batch_ms": int(_num(durations.get("addBatch"))),
         "get_offset_ms": int(_num(durations.get("latestOffset"))),
         "commit_ms": int(_num(durations.get("commitOffsets"))),
-        "lag": sum(lags) if lags else None,
+        "lag": sum(lag_by_partition.values()) if reported else None,
+        "lag_by_partition": lag_by_partition,
+        "end_offsets": ends,
     }
+
+
+def log_fields(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary as JSON-safe fields of a log record (`--log-format json`): the query's name as
+    `query`, per-partition figures keyed "topic/partition"."""
+    fields = {("query" if k == "name" else k): v for k, v in summary.items()}
+    for key in ("lag_by_partition", "end_offsets"):
+        fields[key] = {f"{t}/{p}": n for (t, p), n in sorted(summary.get(key, {}).items())}
+    return fields
 
 
 class ProgressLogger(StreamingQueryListener):
@@ -113,6 +155,7 @@ class ProgressLogger(StreamingQueryListener):
             s["batch_ms"],
             s["add_batch_ms"],
             s["lag"] if s["lag"] is not None else "?",
+            extra={"fields": log_fields(s)},
         )
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark hook

@@ -104,24 +104,53 @@ def run_job(
     spark: Any = None,
     close_all_windows: bool = False,
     new_query: bool = False,
+    metrics_port: int | None = None,
 ) -> int:
     """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails
     for good (fatal, or more than job.restart_attempts restarts).
+
+    `metrics_port`: serve /metrics and /healthz there (None: metrics.port; 0: off).
 
     Returns:
         0 when the queries stopped cleanly, 1 when one failed.
 
     Raises:
         SinkHistoryError: the checkpoint and the sink's history disagree (before any query runs).
+        ConfigError: the metrics port cannot be bound.
     """
-    from ipcount.job.progress import ProgressLogger
-    from ipcount.job.session import build_session
+    from ipcount.job.endpoint import Observability
 
     # Before Spark starts: a wrong setting or a missing topic fails in a second, not after ~15 s.
     preflight(settings)
+    observed = Observability.maybe(settings, metrics_port)
+    if observed is not None:
+        observed.start()
+    try:
+        return _run(settings, observed, spark, available_now, timeout, close_all_windows, new_query)
+    finally:
+        if observed is not None:
+            observed.stop()
+
+
+def _run(
+    settings: Settings,
+    observed: Any,
+    spark: Any,
+    available_now: bool,
+    timeout: float | None,
+    close_all_windows: bool,
+    new_query: bool,
+) -> int:
+    from ipcount.job.progress import ProgressLogger
+    from ipcount.job.session import build_session
+
     session = spark if spark is not None else build_session(settings)
-    listener = ProgressLogger()
-    session.streams.addListener(listener)
+    listeners: list[Any] = [ProgressLogger()]
+    if observed is not None:
+        listeners.append(observed.listener)
+    for listener in listeners:
+        session.streams.addListener(listener)
+    metrics = observed.metrics if observed is not None else None
     watch = _Watch(timeout)
     previous: dict[int, Any] = {}
 
@@ -130,6 +159,8 @@ def run_job(
             "received %s: stopping after the current micro-batch", signal.Signals(signum).name
         )
         watch.stop.set()
+        if metrics is not None:
+            metrics.stopping()
 
     def _start() -> JobQueries:
         return start_job(
@@ -141,11 +172,17 @@ def run_job(
             new_query=new_query and watch.restarts == 0,
         )
 
+    def _remove_listeners() -> None:
+        for listener in listeners:
+            session.streams.removeListener(listener)
+
     try:
         queries = _start()
     except BaseException:
-        session.streams.removeListener(listener)
+        _remove_listeners()
         raise
+    if metrics is not None:
+        metrics.started()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _request_stop)
@@ -154,22 +191,31 @@ def run_job(
         while True:
             error = _wait(queries, watch)
             failed = _stop_all(queries)
-            if error is None or not _restart_allowed(error, settings, watch):
+            if error is None or not _restart_allowed(error, settings, watch, metrics):
                 break
             queries = _start()
             failed = False
+            if metrics is not None:
+                metrics.started()
     finally:
+        if metrics is not None:
+            metrics.stopping()
         failed = _stop_all(queries) or failed
-        session.streams.removeListener(listener)
+        _remove_listeners()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return 1 if failed else 0
 
 
-def _restart_allowed(error: Any, settings: Settings, watch: _Watch) -> bool:
-    """Decide on one failure; sleeps the restart delay (interruptible) when restarting."""
+def _restart_allowed(error: Any, settings: Settings, watch: _Watch, metrics: Any = None) -> bool:
+    """Decide on one failure; sleeps the restart delay (interruptible) when restarting.
+    `metrics`: the job's JobMetrics (None: off), told about the failure and the restart."""
     attempts = settings.job.restart_attempts
     text = str(error)
+    restarting = not is_fatal(text) and watch.restarts < attempts
+    if metrics is not None:
+        delay = settings.job.restart_delay_seconds if restarting else None
+        metrics.failed(short_error(error), delay)
     if is_fatal(text):
         logger.error("fatal failure, not restarting: %s", short_error(error))
         return False

@@ -180,7 +180,56 @@ def test_entrypoint_subcommands(args: list[str], expect: str) -> None:
 def test_image_env_is_accepted_by_ipcount_settings() -> None:
     # IPCOUNT_* names are settings: anything else with that prefix would stop every command.
     env = {k: v for k, v in _env().items() if k.startswith("IPCOUNT_")}
-    assert set(env) == {"IPCOUNT_CONFIG"}
+    assert set(env) == {"IPCOUNT_CONFIG", "IPCOUNT_METRICS_PORT", "IPCOUNT_METRICS_HOST"}
     script_vars = set(re.findall(r"\$\{?(IPCOUNT_[A-Z_]+)", ENTRYPOINT.read_text()))
     assert script_vars == {"IPCOUNT_CONFIG"}, script_vars
-    load_settings(ROOT / "conf" / "ipcount.toml", env=env)
+    settings = load_settings(ROOT / "conf" / "ipcount.toml", env=env)
+    assert (settings.metrics.host, settings.metrics.port) == ("0.0.0.0", 9464)
+    exposed = {int(p) for rest in _args("EXPOSE") for p in rest.split()}
+    assert settings.metrics.port in exposed
+
+
+HEALTHCHECK = ROOT / "conf" / "docker-healthcheck.sh"
+
+
+def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
+    """The image's HEALTHCHECK against a real /healthz: 0 while it says 200, 1 on 503; a
+    container that does not run the job is healthy."""
+    from ipcount.job.endpoint import MetricsServer
+    from ipcount.job.metrics import JobMetrics
+
+    (check,) = _args("HEALTHCHECK")
+    assert check.endswith('CMD ["/opt/ipcount/conf/docker-healthcheck.sh"]'), check
+    assert "--start-period=" in check
+    assert os.access(HEALTHCHECK, os.X_OK)
+    metrics = JobMetrics()
+    server = MetricsServer(metrics, "127.0.0.1", 0).start()
+    marker = tmp_path / "job"
+
+    def probe() -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "IPCOUNT_METRICS_PORT": str(server.port),
+            "JOB_MARKER": str(marker),
+            "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+        }
+        return subprocess.run(
+            [str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=30
+        )
+
+    try:
+        done = probe()
+        assert done.returncode == 0 and "not the job" in done.stdout
+        marker.write_text("1\n")
+        done = probe()
+        assert done.returncode == 1 and "starting" in done.stdout, done
+        metrics.started()
+        done = probe()
+        assert done.returncode == 0 and done.stdout.startswith("ok"), done
+        metrics.failed("TransactionAbortedError: aborted", restart_delay=None)
+        done = probe()
+        assert done.returncode == 1 and "query failed" in done.stdout, done
+    finally:
+        server.stop()
+    done = probe()
+    assert done.returncode == 1 and "no answer" in done.stdout, done

@@ -117,6 +117,11 @@ def test_role_tables_do_not_leak_between_roles() -> None:
         ({}, ["nosection=1"], "must start with a section"),
         ({}, ["job.dead_letter=maybe"], "job.dead_letter must be true or false"),
         ({"IPCOUNT_NOPE_X": "1"}, [], "env IPCOUNT_NOPE_X does not name a section"),
+        ({}, ["metrics.port=70000"], "metrics.port must be 0 (off) or a TCP port (1-65535)"),
+        ({"IPCOUNT_METRICS_PORT": "-1"}, [], "env IPCOUNT_METRICS_PORT: metrics.port must be 0"),
+        ({}, ["metrics.host="], "metrics.host must name an address to listen on"),
+        ({}, ["metrics.stall_triggers=0"], "metrics.stall_triggers must be at least 1"),
+        ({}, ["metrics.lag_poll_seconds=0"], "metrics.lag_poll_seconds must be positive"),
     ],
 )
 def test_bad_settings_give_one_clear_message(

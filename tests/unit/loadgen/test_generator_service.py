@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from ipcount.formats.accesslog import parse_record
 from loadgen.service import build_app, client_ip
@@ -101,3 +102,26 @@ def test_an_oversized_line_is_counted_as_malformed() -> None:
 
     asyncio.run(scenario())
     assert [m for *_, m in sender.records] == [True, False]
+
+
+def test_metrics_are_prometheus_text() -> None:
+    """/metrics is what Prometheus parses: typed families, the same figures as /_stats."""
+    sender = FakeSender()
+
+    async def scenario() -> tuple[str, str]:
+        async with TestClient(TestServer(build_app(sender, max_record_bytes=300))) as client:  # type: ignore[arg-type]
+            for path in ("/", "/products", "/search?q=" + "x" * 400):
+                await (await client.get(path)).read()
+            resp = await client.get("/metrics")
+            return resp.headers["Content-Type"], await resp.text()
+
+    content_type, text = asyncio.run(scenario())
+    assert content_type.startswith("text/plain") and "version=0.0.4" in content_type
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["loadgen_requests"].type == "counter"
+    values = {s.name: s.value for f in families.values() for s in f.samples}
+    assert values["loadgen_requests_total"] == 3
+    assert values["loadgen_records_malformed_total"] == 1
+    assert values["loadgen_records_produced_total"] == 0  # a sender without producer stats
+    assert families["loadgen_backlog"].type == "gauge" and values["loadgen_backlog"] == 0
+    assert values["loadgen_ledger_saves_total"] == 0

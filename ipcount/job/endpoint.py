@@ -1,0 +1,204 @@
+"""The driver's HTTP endpoint: /metrics (Prometheus text via prometheus_client) and /healthz, plus
+the lag poller that keeps ipcount_source_lag_records fresh between micro-batches."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client.exposition import choose_encoder
+
+from ipcount.config import Settings
+from ipcount.job.metrics import JobMetrics, TopicPartition
+
+__all__ = ["MetricsServer", "LagPoller", "Observability"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    metrics: JobMetrics  # set on the subclass made per server
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server hook
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, encoder(self.metrics.registry), content_type)
+        elif path in ("/healthz", "/health"):
+            health = self.metrics.health()
+            self._send(health.status, (health.reason + "\n").encode(), "text/plain; charset=utf-8")
+        else:
+            self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server hook
+        logger.debug("%s " + format, self.address_string(), *args)
+
+
+class MetricsServer:
+    """/metrics and /healthz on host:port, served by a daemon thread."""
+
+    def __init__(self, metrics: JobMetrics, host: str, port: int) -> None:
+        handler = type("MetricsHandler", (_Handler,), {"metrics": metrics})
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.host, self.port = host, self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="ipcount-metrics", daemon=True
+        )
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        logger.info("metrics on http://%s:%d/metrics, health on /healthz", self.host, self.port)
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class LagPoller:
+    """Every metrics.lag_poll_seconds: the source topic's stable end offsets (one ListOffsets call
+    with read_committed, as the source reads) minus the counting query's position, per partition.
+
+    The position is the end offset of the last finished micro-batch; before the first one, the
+    last committed batch in the checkpoint's offset log; for a new query, where it starts
+    (job.starting_offsets: earliest, or the log end at the first poll for latest).
+    """
+
+    def __init__(self, settings: Settings, metrics: JobMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._stop = threading.Event()
+        self._reader: Any = None
+        self._start: dict[TopicPartition, int] | None = None
+        self._thread = threading.Thread(target=self._run, name="ipcount-lag", daemon=True)
+
+    def start(self) -> LagPoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.kafka.connect_timeout_seconds + 5)
+        if self._reader is not None:
+            self._reader.close()
+
+    def poll_once(self) -> dict[TopicPartition, int]:
+        """Lag per partition now.
+
+        Raises:
+            IpcountError: the brokers do not answer or the topic is missing.
+        """
+        reader = self._offsets()
+        parts = reader.partitions()
+        end = reader.offsets(parts, "latest")
+        positions = self.metrics.current_positions()
+        if not positions:
+            positions = self._start_positions(reader, parts, end)
+        return {tp: max(0, end[tp] - positions.get(tp, end[tp])) for tp in parts}
+
+    def _run(self) -> None:
+        interval = self.settings.metrics.lag_poll_seconds
+        while not self._stop.is_set():
+            try:
+                self.metrics.set_lag(self.poll_once())
+            except Exception as exc:  # the job goes on; /healthz reports the unknown lag
+                logger.warning("source lag unknown: %s", exc)
+                self.metrics.set_lag(None, str(exc).splitlines()[0] if str(exc) else repr(exc))
+            self._stop.wait(interval)
+
+    def _offsets(self) -> Any:
+        if self._reader is None:
+            from ipcount.job.pipeline import source_options
+            from ipcount.source.offset_reader import KafkaOffsetReader
+            from ipcount.source.options import parse_options
+
+            # The source's own consumer settings (isolation level, client quirks).
+            opts = parse_options(source_options(self.settings, heartbeats=False))
+            self._reader = KafkaOffsetReader(opts)
+        return self._reader
+
+    def _start_positions(
+        self, reader: Any, parts: list[TopicPartition], end: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        if self._start is None:
+            self._start = _checkpoint_positions(self.settings.job.checkpoint_location)
+        if self._start is None:
+            wanted = self.settings.job.starting_offsets.strip()
+            self._start = reader.offsets(parts, "earliest") if wanted == "earliest" else dict(end)
+        return self._start
+
+
+def _checkpoint_positions(checkpoint: str) -> dict[TopicPartition, int] | None:
+    """The end offsets of the last batch Spark's commit log marks done, if any."""
+    from ipcount.checkpoint.offset_log import OffsetLog
+    from ipcount.job.progress import end_offsets
+
+    try:
+        log = OffsetLog(checkpoint)
+        done = log.committed_ids()
+        if not done:
+            return None
+        return end_offsets({"endOffset": log.source_end(done[-1])}) or None
+    except Exception as exc:  # no checkpoint yet, or unreadable: the poller falls back
+        logger.debug("no positions from checkpoint %s: %s", checkpoint, exc)
+        return None
+
+
+class Observability:
+    """The job's metrics, its Spark listener, the HTTP endpoint and the lag poller, together."""
+
+    def __init__(self, settings: Settings, port: int) -> None:
+        from ipcount.job.metrics import COUNTS_QUERY, MetricsListener
+        from ipcount.job.pipeline import DEAD_LETTER_QUERY_NAME
+
+        queries = (COUNTS_QUERY, DEAD_LETTER_QUERY_NAME) if settings.job.dead_letter else None
+        trigger = max(settings.job.trigger_interval_seconds, 1.0)
+        self.metrics = JobMetrics(
+            queries or (COUNTS_QUERY,), stall_seconds=settings.metrics.stall_triggers * trigger
+        )
+        self.listener = MetricsListener(self.metrics)
+        self.settings, self.port = settings, port
+        self._server: MetricsServer | None = None
+        self._poller: LagPoller | None = None
+
+    @classmethod
+    def maybe(cls, settings: Settings, port: int | None) -> Observability | None:
+        """The endpoint on `port` (None: metrics.port); None when that is 0 (off)."""
+        chosen = settings.metrics.port if port is None else port
+        return cls(settings, chosen) if chosen else None
+
+    def start(self) -> Observability:
+        """Serve /metrics and /healthz on metrics.host:port and start the lag poller.
+
+        Raises:
+            ConfigError: the port cannot be bound.
+        """
+        from ipcount.errors import ConfigError
+
+        host = self.settings.metrics.host
+        try:
+            self._server = MetricsServer(self.metrics, host, self.port).start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {host}:{self.port} ({exc.strerror or exc}); "
+                "choose another --metrics-port / metrics.port"
+            ) from exc
+        self._poller = LagPoller(self.settings, self.metrics).start()
+        return self
+
+    def stop(self) -> None:
+        self.metrics.stopping()
+        if self._poller is not None:
+            self._poller.stop()
+        if self._server is not None:
+            self._server.stop()

@@ -1,0 +1,284 @@
+"""The job's Prometheus metrics and health state (driver), fed by Spark's progress events, the
+restart strategy and the lag poller. The sink's commit() runs in a Python worker, not here, so
+transactions are counted from what the driver sees: a finished micro-batch that wrote rows
+committed one transaction; a failed micro-batch's transaction never commits (the sink aborts it,
+or the restarted query's init_transactions does)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pyspark.sql.streaming import StreamingQueryListener
+
+from ipcount.job.health import Health, HealthFacts, judge_health
+from ipcount.job.progress import summarize_progress
+
+__all__ = ["JobMetrics", "MetricsListener", "COUNTS_QUERY", "BATCH_BUCKETS"]
+
+logger = logging.getLogger(__name__)
+
+COUNTS_QUERY = "ipcount"
+BATCH_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+
+TopicPartition = tuple[str, int]
+
+
+def _iso_seconds(text: Any) -> float | None:
+    """Spark's watermark ("2026-01-01T00:00:00.000Z") in unix seconds; None before any event."""
+    if not isinstance(text, str):
+        return None
+    try:
+        seconds = datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
+class JobMetrics:
+    """Every metric of one driver process, in its own registry, plus what /healthz judges by.
+
+    Thread-safe: Spark's listener thread, the runner, the lag poller and HTTP scrapes use it.
+    """
+
+    def __init__(
+        self,
+        queries: tuple[str, ...] = (COUNTS_QUERY,),
+        *,
+        stall_seconds: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.stall_seconds = stall_seconds
+        self._clock, self._wall = clock, wall
+        self._lock = threading.Lock()
+        self._names: dict[str, str] = {}  # query id -> name
+        self._watermark: float | None = None
+        self._running = False
+        self._stopping = False
+        self._failure: str | None = None
+        self._restart_at: float | None = None
+        self._since = clock()
+        self._waiting_since: float | None = None
+        self._lag: int | None = 0
+        self._lag_error = ""
+        self.positions: dict[TopicPartition, int] = {}
+        r = self.registry
+        self.records = Counter(
+            "ipcount_records",
+            "Source records read by the counting query (malformed and future included, "
+            "heartbeats excluded)",
+            registry=r,
+        )
+        self.input_rate = Gauge(
+            "ipcount_input_records_per_second",
+            "Input rows per second of the counting query's last micro-batch (Spark's "
+            "inputRowsPerSecond)",
+            registry=r,
+        )
+        self.lag = Gauge(
+            "ipcount_source_lag_records",
+            "Records in the source partition's stable log (read_committed end) not yet read by a "
+            "finished micro-batch of the counting query",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.watermark = Gauge(
+            "ipcount_watermark_timestamp_seconds",
+            "The counting query's event-time watermark (unix seconds; NaN before the first)",
+            registry=r,
+        )
+        self.watermark.set(math.nan)
+        self.watermark_delay = Gauge(
+            "ipcount_watermark_delay_seconds",
+            "Wall-clock time now minus the watermark (NaN before the first watermark)",
+            registry=r,
+        )
+        self.watermark_delay.set_function(self._watermark_delay)
+        self.batch_duration = Histogram(
+            "ipcount_batch_duration_seconds",
+            "Micro-batch duration (Spark's triggerExecution)",
+            ["query"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batches = Counter("ipcount_batches", "Finished micro-batches", ["query"], registry=r)
+        self.results = Counter(
+            "ipcount_results",
+            "Rows the counting query committed: (window, IP) results, plus late-count "
+            "corrections when there are late records",
+            registry=r,
+        )
+        self.committed = Counter(
+            "ipcount_transactions_committed",
+            "Kafka transactions committed by the sink: finished micro-batches that wrote rows",
+            ["query"],
+            registry=r,
+        )
+        self.aborted = Counter(
+            "ipcount_transactions_aborted",
+            "Micro-batches that failed: their transaction, if begun, never commits",
+            ["query"],
+            registry=r,
+        )
+        quality = {
+            "late": "Records that arrived after their window's result was emitted",
+            "malformed": "Records that are not an access-log line (dead-lettered when enabled)",
+            "future": "Records stamped too far ahead of the batch's time (not counted)",
+            "heartbeats": "Idle heartbeats the source emitted to move the watermark",
+        }
+        self.quality = {
+            key: Counter(
+                "ipcount_heartbeats" if key == "heartbeats" else f"ipcount_{key}_records",
+                text,
+                registry=r,
+            )
+            for key, text in quality.items()
+        }
+        self.restarts = Counter(
+            "ipcount_query_restarts", "In-process query restarts (job.restart_attempts)", registry=r
+        )
+        self.up = Gauge("ipcount_query_up", "1 while every query of the job runs", registry=r)
+        self.last_progress = Gauge(
+            "ipcount_last_progress_timestamp_seconds",
+            "Unix time of the counting query's last finished micro-batch (0: none yet)",
+            registry=r,
+        )
+        for name in queries:
+            for metric in (self.batches, self.committed, self.aborted):
+                metric.labels(query=name)
+
+    # --- the runner ---------------------------------------------------------------------------
+
+    def started(self) -> None:
+        """The queries (re)started."""
+        with self._lock:
+            self._running, self._failure, self._restart_at = True, None, None
+            self._since = max(self._since, self._clock())
+        self.up.set(1)
+
+    def failed(self, reason: str, restart_delay: float | None) -> None:
+        """A query failed; `restart_delay`: seconds until the restart (None: no restart)."""
+        if restart_delay is not None:
+            self.restarts.inc()
+        self.up.set(0)
+        with self._lock:
+            self._running, self._failure = False, reason.splitlines()[0] if reason else reason
+            self._restart_at = None if restart_delay is None else self._clock() + restart_delay
+
+    def stopping(self) -> None:
+        """The job was asked to stop, or its queries ended."""
+        with self._lock:
+            self._stopping = True
+        self.up.set(0)
+
+    # --- Spark's listener ---------------------------------------------------------------------
+
+    def query_started(self, query_id: str, name: str) -> None:
+        with self._lock:
+            self._names[query_id] = name
+
+    def query_terminated(self, query_id: str, error: str | None) -> None:
+        """A query ended; with an error, its failed micro-batch's transaction never commits."""
+        name = self._names.get(query_id, COUNTS_QUERY)
+        if error:
+            self.aborted.labels(query=name).inc()
+
+    def progress(self, progress: Mapping[str, Any]) -> None:
+        """One finished micro-batch (Spark's progress JSON as a dict)."""
+        s = summarize_progress(dict(progress))
+        name = s["name"] or COUNTS_QUERY
+        self.batches.labels(query=name).inc()
+        self.batch_duration.labels(query=name).observe(s["batch_ms"] / 1000)
+        if s["output_rows"] > 0:
+            self.committed.labels(query=name).inc()
+        if name != COUNTS_QUERY:
+            return
+        self.records.inc(s["records"])
+        for key, counter in self.quality.items():
+            counter.inc(s[key])
+        self.results.inc(s["output_rows"])
+        self.input_rate.set(s["input_rate"])
+        watermark = _iso_seconds(s["watermark"])
+        if watermark is not None:
+            self.watermark.set(watermark)
+        self.last_progress.set(self._wall())
+        with self._lock:
+            self._watermark = watermark if watermark is not None else self._watermark
+            self._since = max(self._since, self._clock())
+            self.positions.update(s["end_offsets"])
+        if s["lag"] is not None:
+            self.set_lag(s["lag_by_partition"])
+
+    # --- the lag poller -----------------------------------------------------------------------
+
+    def set_lag(self, lag: Mapping[TopicPartition, int] | None, error: str = "") -> None:
+        """Records waiting per partition now; None when the brokers could not say (`error`)."""
+        now = self._clock()
+        if lag is not None:
+            for (topic, partition), value in lag.items():
+                self.lag.labels(topic=topic, partition=str(partition)).set(value)
+        total = None if lag is None else sum(lag.values())
+        with self._lock:
+            self._lag, self._lag_error = total, error
+            if total == 0:
+                self._waiting_since = None
+            elif self._waiting_since is None:
+                self._waiting_since = now
+
+    def current_positions(self) -> dict[TopicPartition, int]:
+        """The counting query's next offset per partition after its last finished batch."""
+        with self._lock:
+            return dict(self.positions)
+
+    def health(self) -> Health:
+        """What /healthz answers now."""
+        with self._lock:
+            now = self._clock()
+            since = max(self._since, self._waiting_since or self._since)
+            facts = HealthFacts(
+                now=now,
+                running=self._running,
+                stopping=self._stopping,
+                failure=self._failure,
+                restarting_in=None if self._restart_at is None else self._restart_at - now,
+                since=since,
+                lag=self._lag,
+                lag_error=self._lag_error,
+            )
+        return judge_health(facts, self.stall_seconds)
+
+    def _watermark_delay(self) -> float:
+        with self._lock:
+            mark = self._watermark
+        return math.nan if mark is None else self._wall() - mark
+
+
+class MetricsListener(StreamingQueryListener):
+    """Feeds Spark's query events to a JobMetrics (runs on the driver's listener thread)."""
+
+    def __init__(self, metrics: JobMetrics) -> None:
+        self.metrics = metrics
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark hook
+        self.metrics.query_started(str(event.id), str(event.name))
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark hook
+        try:
+            self.metrics.progress(json.loads(event.progress.json))
+        except Exception:  # a metrics bug must never fail the job's listener bus
+            logger.exception("could not record a progress event in the metrics")
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark hook
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark hook
+        self.metrics.query_terminated(str(event.id), event.exception)

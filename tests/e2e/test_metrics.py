@@ -1,0 +1,195 @@
+"""`ipcount run --metrics-port`: what Prometheus and a liveness probe see of a real running job.
+
+One job process: records wait in the source when it starts, and every micro-batch that writes
+results fails once inside its transaction (an abortable Kafka error, injected), so the job goes
+down and is restarted in-process. /healthz must say 503 while the query is down and 200 once it
+runs again; /metrics must end with no lag, every produced record counted once and every
+(window, IP) result counted once; the JSON log lines carry the per-batch figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ipcount.config import Settings
+from ipcount.kafka.topics import ensure_topics
+from ipcount.local.broker import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start_job(settings: Settings, port: int, log: Path, env: dict[str, str]) -> Any:
+    full = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
+        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
+        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
+        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
+        "IPCOUNT_TOPICS_LATE": settings.topics.late,
+        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
+        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
+        "IPCOUNT_SPARK_MASTER": "local[2]",
+        **env,
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ipcount",
+            "--log-format",
+            "json",
+            "run",
+            "--metrics-port",
+            str(port),
+        ],
+        env=full,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - the test's own job
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError as exc:  # not listening yet
+        return 0, str(exc)
+
+
+def _scrape(base: str) -> dict[str, float]:
+    """name{label="v",...} -> value, as Prometheus would store the samples."""
+    status, text = _get(base + "/metrics")
+    if status != 200:
+        return {}
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def _wait(what: str, cond: Callable[[], Any], job: Any, log: Path, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        if job.poll() is not None:
+            raise AssertionError(
+                f"the job exited ({job.returncode}) while waiting for {what}:\n"
+                + log.read_text()[-4000:]
+            )
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}; job log:\n" + log.read_text()[-4000:])
+
+
+def _lags(samples: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in samples.items() if k.startswith("ipcount_source_lag_records{")}
+
+
+def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings()
+    ensure_topics(settings)
+    feed = Feed(settings)
+    feed.round(0, 30)  # 1,500 records in 6 windows x 10 IPs, waiting before the job starts
+    produced, results = 1500, 60
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "job.log"
+    env = {
+        # Every micro-batch that writes results fails once inside its open transaction.
+        "IPCOUNT_FAULTS": ",".join(f"sink.before_commit@{b}/abort" for b in range(200)),
+        "IPCOUNT_FAULTS_STATE": str(tmp_path),
+        "IPCOUNT_JOB_RESTART_ATTEMPTS": "20",
+        "IPCOUNT_JOB_RESTART_DELAY_SECONDS": "6",
+        "IPCOUNT_METRICS_LAG_POLL_SECONDS": "1",
+    }
+    job = _start_job(settings, port, log, env)
+    try:
+        # The endpoint answers before the query runs; nothing has been read yet.
+        first = _wait("the metrics endpoint", lambda: _scrape(base), job, log, 120)
+        assert first["ipcount_records_total"] == 0
+        status, body = _get(base + "/healthz")
+        assert (status, body) == (503, "starting: the queries are not running yet\n")
+
+        # The first batch with results fails: the query is down until its restart.
+        down = _wait(
+            "/healthz to report the failure",
+            lambda: (lambda r: r if "failed" in r[1] else None)(_get(base + "/healthz")),
+            job,
+            log,
+            240,
+        )
+        assert down[1].startswith("query failed:") and "restarting in" in down[1], down
+        assert down[1].count("\n") == 1, down
+        samples = _scrape(base)
+        assert samples["ipcount_query_up"] == 0
+        assert samples["ipcount_query_restarts_total"] >= 1
+
+        # Restarted, caught up, every window closed by heartbeats: exact figures.
+        def done() -> dict[str, float] | None:
+            got = _scrape(base)
+            lags = _lags(got)
+            ok = (
+                got.get("ipcount_query_up") == 1
+                and got.get("ipcount_results_total") == results
+                and len(lags) == settings.topics.source_partitions
+                and all(v == 0 for v in lags.values())
+            )
+            return got if ok else None
+
+        final = _wait("lag 0 and every result committed", done, job, log, 300)
+        assert final["ipcount_records_total"] == produced
+        assert final["ipcount_malformed_records_total"] == 0
+        assert final["ipcount_late_records_total"] == 0
+        assert final["ipcount_heartbeats_total"] >= 1
+        committed = final['ipcount_transactions_committed_total{query="ipcount"}']
+        aborted = final['ipcount_transactions_aborted_total{query="ipcount"}']
+        assert committed >= 1 and aborted == final["ipcount_query_restarts_total"] >= 1
+        assert final["ipcount_watermark_timestamp_seconds"] > feed.t0 / 1000
+        assert 0 < final["ipcount_watermark_delay_seconds"] < 600
+        assert final['ipcount_batch_duration_seconds_count{query="ipcount"}'] >= 2
+        assert final["ipcount_last_progress_timestamp_seconds"] > time.time() - 300
+        status, body = _get(base + "/healthz")
+        assert status == 200 and body.startswith("ok"), body
+        fired = sorted(p.name for p in tmp_path.glob("*.fired"))
+        assert len(fired) == aborted, (fired, aborted)
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            job.wait(120)
+    assert job.returncode == 0, log.read_text()[-4000:]
+
+    # JSON logs: one object per line; per batch the progress figures are fields.
+    batches = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record["logger"] == "ipcount.job.progress" and "batch" in record:
+                batches.append(record)
+    assert batches, log.read_text()[-3000:]
+    assert sum(b["records"] for b in batches) == produced
+    # Batch 0 read everything that waited (the source reported lag 0 behind it). A batch replayed
+    # after a restart was planned by the failed run, so its source reports no lag (None, "lag=?").
+    assert batches[0]["lag"] == 0 and batches[0]["query"] == "ipcount", batches[0]
+    assert batches[0]["lag_by_partition"] == {
+        f"{settings.topics.source}/{p}": 0 for p in range(settings.topics.source_partitions)
+    }
+    assert "lag=0" in batches[0]["message"]

@@ -1,0 +1,52 @@
+"""/healthz: what an operator's probe sees in each state of the job."""
+
+from __future__ import annotations
+
+import pytest
+
+from ipcount.job.health import HealthFacts, judge_health
+
+STALL = 60.0
+
+
+@pytest.mark.parametrize(
+    ("facts", "status", "says"),
+    [
+        # Batches finish: healthy, whatever the lag.
+        (HealthFacts(now=100, running=True, since=90, lag=5000), 200, "ok: running, lag 5000"),
+        # Idle for an hour with nothing waiting: healthy.
+        (HealthFacts(now=3700, running=True, since=100, lag=0), 200, "ok: idle"),
+        # Records wait, but not yet for longer than the limit (a long first batch).
+        (HealthFacts(now=150, running=True, since=100, lag=10), 200, "ok: running"),
+        # Records wait and nothing finished for longer than the limit: stalled.
+        (
+            HealthFacts(now=161, running=True, since=100, lag=10),
+            503,
+            "stalled: no micro-batch finished for 61s while 10 records wait",
+        ),
+        # Nothing finished and the brokers do not say what waits: not provably idle.
+        (
+            HealthFacts(now=200, running=True, since=100, lag=None, lag_error="timed out"),
+            503,
+            "source lag is unknown (timed out)",
+        ),
+        # A failed query waiting for its restart is down.
+        (
+            HealthFacts(
+                now=10, running=False, failure="TransactionAbortedError: x", restarting_in=7
+            ),
+            503,
+            "query failed: TransactionAbortedError: x (restarting in 7s)",
+        ),
+        (HealthFacts(now=10, running=False, failure="boom"), 503, "query failed: boom"),
+        # Before the queries started (Spark starting up): not yet serving.
+        (HealthFacts(now=10, running=False), 503, "starting: the queries are not running yet"),
+        # Asked to stop (SIGTERM): no longer serving, even if the queries still run.
+        (HealthFacts(now=10, running=True, stopping=True), 503, "stopped"),
+    ],
+)
+def test_health_answers(facts: HealthFacts, status: int, says: str) -> None:
+    health = judge_health(facts, STALL)
+    assert health.status == status
+    assert says in health.reason
+    assert "\n" not in health.reason

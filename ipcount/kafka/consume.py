@@ -193,7 +193,17 @@ class TopicReader:
                     self._next[tp.partition] = tp.offset
         return dict(self._next)
 
-    def _behind(self) -> bool:
+    def caught_up(self) -> bool:
+        """Whether this reader has received every record it may read now (under read_committed:
+        every committed transaction's records, on every partition). One ListOffsets request per
+        partition.
+
+        Raises:
+            BrokerError: an end offset could not be queried (the broker is unreachable).
+        """
+        return not self._behind(strict=True)
+
+    def _behind(self, strict: bool = False) -> bool:
         """Whether some partition holds records this reader has not received yet: its position
         is below the end this consumer may read to (the last stable offset under read_committed).
         One ListOffsets request per partition."""
@@ -203,6 +213,10 @@ class TopicReader:
                     TopicPartition(self.topic, p), timeout=self.timeout, cached=False
                 )
             except KafkaException as exc:
+                if strict:
+                    raise BrokerError(
+                        f"cannot query the end of {self.topic}[{p}]: {describe_kafka_error(exc)}"
+                    ) from exc
                 logger.debug("end offset of %s/%d unknown: %s", self.topic, p, exc)
                 return False
             if pos < end:

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"ipcount.formats"},
     {"ipcount.kafka", "ipcount.checkpoint"},
     {"ipcount.source", "ipcount.sink"},
-    {"ipcount.job", "ipcount.verify", "ipcount.local"},
+    {"ipcount.job", "ipcount.verify", "ipcount.local", "ipcount.dashboard"},
     {"ipcount.chaos", "loadgen"},
     {"ipcount.commands", "loadgen.bench"},
     {"ipcount.cli"},

@@ -113,3 +113,25 @@ def test_on_apache_kafka_an_idle_reader_keeps_its_partitions(
     with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NONE) as reader:
         list(reader.read_to_end(deadline_seconds=5))
         assert reader.poll() == [] and reader._assigned
+
+
+def test_caught_up_only_at_the_end_and_says_when_the_end_is_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    from ipcount.errors import BrokerError
+
+    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NONE) as reader:
+        assert not reader.caught_up()
+        list(reader.read_to_end(deadline_seconds=5))
+        assert reader.caught_up()
+
+        def unreachable(*args: Any, **kwargs: Any) -> Any:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+
+        monkeypatch.setattr(reader._consumer, "get_watermark_offsets", unreachable)
+        with pytest.raises(BrokerError, match=rf"cannot query the end of {TOPIC}\[0\]"):
+            reader.caught_up()

@@ -35,9 +35,9 @@ from ipcount.checkpoint.receipts import ReceiptLog
 from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.consume import TopicReader
-from ipcount.sink.continuity import POSITION_KEY
 
 __all__ = [
+    "POSITION_KEY",
     "RUN_SUFFIX",
     "adopt",
     "announce_run",
@@ -51,6 +51,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# Where a progress marker was read or written, [partition, offset]: kept beside the marker's
+# fields in memory, never part of the record.
+POSITION_KEY = "_position"
 # Run announcements are keyed `<queryId>#run#<runId>`: one key per start, so compaction keeps
 # every start and the log keeps their order.
 RUN_SUFFIX = "#run#"

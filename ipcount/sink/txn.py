@@ -21,9 +21,10 @@ from ipcount.kafka.client import (
     transaction_timeout_error,
     with_client_logging,
 )
-from ipcount.sink.continuity import POSITION_KEY, check_still_committed
+from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
-from ipcount.sink.history import check_checkpoint, check_replay, read_markers
+from ipcount.sink.history import POSITION_KEY, check_checkpoint, check_replay, read_markers
+from ipcount.sink.produce import chain, produce
 from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
 
 __all__ = ["TxnSession"]
@@ -115,6 +116,12 @@ class TxnSession:
         cached = self.started
         try:
             return self._commit_once(batch_id, batch)
+        except StaleSession as stale:
+            # Another Python worker of this job committed since: re-read, then decide again.
+            logger.info("batch %d: %s; re-initialising to re-read it", batch_id, stale)
+            self._discard()
+            self.start()
+            return self._commit_once(batch_id, batch)
         except FatalKafkaError as exc:
             if not cached or not _is_fenced(exc):
                 raise
@@ -193,7 +200,7 @@ class TxnSession:
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
         try:
-            count, late = self._produce_all(producer, _chain(first, it))
+            count, late = self._produce_all(producer, chain(first, it))
             marker = {
                 "queryId": self.config.query_id,
                 "batchId": batch_id,
@@ -211,7 +218,7 @@ class TxnSession:
                 if err is None:
                     position.extend([msg.partition(), msg.offset()])
 
-            _produce(
+            produce(
                 producer,
                 self.config.progress_topic,
                 json.dumps(marker, separators=(",", ":")).encode(),
@@ -234,6 +241,8 @@ class TxnSession:
         self.last_committed = batch_id
         if position:
             marker[POSITION_KEY] = position
+        else:  # no delivery report: the next batch cannot check that this one is still there
+            logger.warning("batch %d: no delivery report for its progress marker", batch_id)
         self.last_marker = marker
         self._receipt(batch_id, count + late, source_end)
         fault_point("sink.after_commit", batch_id)
@@ -290,7 +299,7 @@ class TxnSession:
         for record in records:
             headers = record[2] if len(record) > 2 else None  # type: ignore[misc]
             target = record[3] if len(record) > 3 else topic  # type: ignore[misc]
-            _produce(producer, target, record[1], record[0], headers)
+            produce(producer, target, record[1], record[0], headers)
             if target == topic:
                 count += 1
             else:
@@ -417,30 +426,3 @@ class TxnSession:
 def _is_fenced(exc: FatalKafkaError) -> bool:
     err = exc.kafka_error
     return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
-
-
-def _produce(
-    producer: Any,
-    topic: str,
-    value: bytes | None,
-    key: bytes | None,
-    headers: list[tuple[str, bytes]] | None = None,
-    on_delivery: Callable[[Any, Any], Any] | None = None,
-) -> None:
-    extra: dict[str, Any] = {}
-    if headers:
-        extra["headers"] = headers
-    if on_delivery is not None:
-        extra["on_delivery"] = on_delivery
-    while True:
-        try:
-            producer.produce(topic, value, key, **extra)
-            return
-        except BufferError:
-            # The local queue is full: let librdkafka send, then try again.
-            producer.poll(0.05)
-
-
-def _chain(first: Record, rest: Iterable[Record]) -> Iterable[Record]:
-    yield first
-    yield from rest

@@ -1,18 +1,22 @@
 """A commit the broker acknowledged and then lost is found before the next batch is written on top
-of it: the sink never leaves a silent hole in its output (the 28-minute chaos run's batch 26)."""
+of it: the sink never leaves a silent hole in its output (the 28-minute chaos run's batch 26).
+And the check stops no healthy job."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from ipcount.errors import SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.consume import TopicReader
 from ipcount.kafka.topics import ensure_topics
+from ipcount.sink.history import POSITION_KEY
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 
@@ -27,6 +31,83 @@ def _batch(batch: int) -> list[tuple[bytes, bytes]]:
     return [(r.ip.encode(), CODEC.encode(dataclasses.asdict(r))) for r in rows]
 
 
+def _session(settings, qid: str) -> TxnSession:  # type: ignore[no-untyped-def]
+    return TxnSession(
+        TxnConfig(
+            topic=settings.topics.sink,
+            progress_topic=settings.topics.progress,
+            query_id=qid,
+            transactional_id=default_transactional_id(qid),
+            producer_conf=settings.kafka.to_librdkafka("producer"),
+            consumer_conf=settings.kafka.to_librdkafka("consumer"),
+            retry_deadline_seconds=20.0,
+        )
+    )
+
+
+def _open_transaction(settings, body: dict[str, object], key: str) -> tuple[Producer, list[int]]:  # type: ignore[no-untyped-def]
+    """Another producer's transaction holding one record in the progress topic, left open."""
+    other = Producer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "transactional.id": f"other-{uuid.uuid4().hex[:8]}",
+        }
+    )
+    other.init_transactions(20)
+    other.begin_transaction()
+    where: list[int] = []
+    other.produce(
+        settings.topics.progress,
+        json.dumps(body).encode(),
+        key.encode(),
+        on_delivery=lambda err, msg: where.extend([msg.partition(), msg.offset()]),
+    )
+    other.flush(20)
+    return other, where
+
+
+def _sink_windows(settings) -> set[int]:  # type: ignore[no-untyped-def]
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.sink) as reader:
+        return {CODEC.decode(r.value).window_start for r in reader.read_to_end(30)}  # type: ignore[arg-type]
+
+
+def test_a_commit_that_became_an_abort_is_found(make_settings) -> None:  # type: ignore[no-untyped-def]
+    # A broker that acknowledged batch 1's commit and came back with its transaction aborted:
+    # the marker's record is still in the log, but no read_committed reader will ever see it.
+    settings = make_settings()
+    ensure_topics(settings)
+    qid = f"q-{uuid.uuid4().hex[:8]}"
+    session = _session(settings, qid)
+    assert session.commit_batch(0, _batch(0)).status == "committed"
+    body = {"queryId": qid, "batchId": 1, "records": 5, "topic": settings.topics.sink}
+    other, where = _open_transaction(settings, body, qid)
+    other.abort_transaction(20)
+    session.last_committed = 1
+    session.last_marker = {**body, POSITION_KEY: where}
+
+    with pytest.raises(SinkHistoryError) as refused:
+        session.commit_batch(2, _batch(2))
+    text = str(refused.value)
+    assert "the broker lost a committed batch" in text and "batch 1" in text, text
+    assert "newest progress marker the broker now has for this query is batch 0" in text, text
+    assert _sink_windows(settings) == {0}
+
+
+def test_an_open_transaction_of_another_producer_does_not_stop_the_job(make_settings) -> None:  # type: ignore[no-untyped-def]
+    # A zombie of another query left a transaction open on the shared progress topic before
+    # this query's marker: read_committed readers are held back, but nothing is lost.
+    settings = make_settings()
+    ensure_topics(settings)
+    session = _session(settings, f"q-{uuid.uuid4().hex[:8]}")
+    assert session.commit_batch(0, _batch(0)).status == "committed"
+    zombie, _ = _open_transaction(settings, {"queryId": "zombie", "batchId": 0}, "zombie")
+    assert session.commit_batch(1, _batch(1)).status == "committed"  # its marker after the zombie's
+    assert session.commit_batch(2, _batch(2)).status == "committed"
+    zombie.abort_transaction(20)
+    assert _sink_windows(settings) == {0, W, 2 * W}
+
+
 def test_a_lost_commit_is_found_before_the_next_batch_is_written(
     new_broker, make_settings, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -35,18 +116,7 @@ def test_a_lost_commit_is_found_before_the_next_batch_is_written(
     try:
         settings = make_settings(f"kafka.bootstrap_servers={broker.bootstrap}")
         ensure_topics(settings)
-        qid = f"q-{uuid.uuid4().hex[:8]}"
-        session = TxnSession(
-            TxnConfig(
-                topic=settings.topics.sink,
-                progress_topic=settings.topics.progress,
-                query_id=qid,
-                transactional_id=default_transactional_id(qid),
-                producer_conf=settings.kafka.to_librdkafka("producer"),
-                consumer_conf=settings.kafka.to_librdkafka("consumer"),
-                retry_deadline_seconds=20.0,
-            )
-        )
+        session = _session(settings, f"q-{uuid.uuid4().hex[:8]}")
         assert session.commit_batch(0, _batch(0)).status == "committed"
         # The broker's disk as it is before batch 1.
         broker.stop()
@@ -66,9 +136,6 @@ def test_a_lost_commit_is_found_before_the_next_batch_is_written(
         assert "the broker lost a committed batch" in text and "batch 1" in text, text
 
         # Nothing was written over the hole: batch 2's results are not in the sink.
-        conf = settings.kafka.to_librdkafka("consumer")
-        with TopicReader(conf, settings.topics.sink) as reader:
-            windows = {CODEC.decode(r.value).window_start for r in reader.read_to_end(30)}  # type: ignore[arg-type]
-        assert windows == {0}, windows
+        assert _sink_windows(settings) == {0}
     finally:
         broker.stop()

@@ -118,11 +118,11 @@ def parse_access_records(
         heartbeat.alias("heartbeat"),
         F.regexp_extract(line, LINE_PATTERN, GROUP_IP).alias("_ip_raw"),
         # The bracketed $time_local, cut out with cheap string functions. For every line the regex
-        # accepts this is its time group: the first three fields hold no space, so the text
-        # before the 5th space ends with "[dd/Mon/yyyy:HH:mm:ss +hhmm]" (a `]` in $remote_user
-        # cannot mislead it). Lines the regex rejects are malformed whatever this yields.
+        # accepts this is its time group: the line's first `"` opens $request, and the text before
+        # it ends with "[dd/Mon/yyyy:HH:mm:ss +hhmm] " (spaces, `[` or `]` in $remote_user cannot
+        # mislead it). Lines the regex rejects are malformed whatever this yields.
         F.try_to_timestamp(
-            F.substring(F.substring_index(F.substring_index(line, " ", 5), " ", -2), 2, 26),
+            F.substring(F.substring_index(line, '"', 1), -28, 26),
             F.lit(TIME_FORMAT_SPARK),
         ).alias("_time"),
     )

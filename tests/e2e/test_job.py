@@ -86,6 +86,9 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
             (1, B, 1_000),
             (1, B, 1_000),
             (1, B, 1_000),
+            # A client-controlled $remote_user (HTTP Basic auth) holding "]" and a fake time: a
+            # real nginx line, counted under its true time like any other.
+            (1, format_record(B, T0 + 1_000, user="evil] [01/Jan/2000:00:00:00").encode(), 1_000),
             (1, V6, 2_000),
             (1, b"not an access record", 2_000),
             (1, format_record("999.1.1.1", T0).encode(), 2_000),
@@ -118,7 +121,7 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
         {
             (0, A.lower(), 2): 1,
             (5_000, A, 1): 1,
-            (0, B, 3): 1,
+            (0, B, 4): 1,
             (0, V6_CANONICAL, 1): 1,
             (0, C, 2): 1,
             (5_000, D, 1): 1,
@@ -142,7 +145,7 @@ def test_job_counts_exactly_with_event_time_rules(spark, make_settings) -> None:
         assert sum(p["late"] for p in progress) == 1
         assert sum(p["dropped"] for p in progress) == 0
         assert (
-            sum(p["records"] for p in progress) == 16
+            sum(p["records"] for p in progress) == 17
         )  # every record read, malformed ones included
         restarted = [summarize_progress(json.loads(p.json)) for p in query.recentProgress]
         assert sum(p["heartbeats"] for p in restarted) >= 1

@@ -142,17 +142,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         session.stop()
 
 
-def run_ipcount(
-    settings: Settings,
-    *args: str,
-    timeout: float = 300,
-    env: dict[str, str] | None = None,
-    own_group: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """Run the `ipcount` CLI as a user would, pointed (by env) at the test's broker, topics and
-    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings. `own_group`: in a process group
-    of its own, which an injected fault (IPCOUNT_FAULTS) kills without the test."""
-    full = {
+def cli_env(settings: Settings, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that points an `ipcount` process at the test's broker, topics and
+    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings."""
+    return {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
@@ -165,15 +158,33 @@ def run_ipcount(
         "IPCOUNT_SPARK_MASTER": "local[2]",
         **(env or {}),
     }
+
+
+def run_ipcount(
+    settings: Settings,
+    *args: str,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    own_group: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run the `ipcount` CLI as a user would, pointed (by env) at the test's broker, topics and
+    checkpoint, on local[2]; `env` adds more IPCOUNT_* settings. `own_group`: in a process group
+    of its own, which an injected fault (IPCOUNT_FAULTS) kills without the test."""
     return subprocess.run(
         [sys.executable, "-m", "ipcount", *args],
-        env=full,
+        env=cli_env(settings, env),
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
         start_new_session=own_group,
     )
+
+
+@pytest.fixture
+def ipcount_env() -> Callable[..., dict[str, str]]:
+    """`cli_env`: the environment of an `ipcount` process against this test's settings."""
+    return cli_env
 
 
 @pytest.fixture

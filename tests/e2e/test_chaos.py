@@ -49,7 +49,8 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path) -> None:
     # before the random kill or at the end. 3,000 records at 20/s flow for 150 s: through
     # every fault on a quiet 2-core machine (more records follow if the faults take longer).
     # On Apache Kafka (which loses nothing it acknowledged) the broker is also SIGKILLed and
-    # hung: two restarts (SIGKILL, then SIGTERM) and one SIGSTOP/SIGCONT.
+    # hung: two restarts (SIGKILL, then SIGTERM while a commit is in flight) and one
+    # SIGSTOP/SIGCONT.
     kafka = os.environ.get("IPCOUNT_TEST_BROKER") == "kafka"
     broker = (
         ["--broker-restarts", "2", "--broker-hangs", "1"] if kafka else ["--broker-restarts", "1"]
@@ -78,6 +79,8 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path) -> None:
         assert "broker-restart" in kinds, diag
         if kafka:
             assert _field(out, "sigkill") == 1 and _field(out, "sigterm") == 1, diag
+            assert _field(out, "in_commit") == 1, diag
+            assert "broker-restart-commit" in kinds, diag
             assert _field(out, "broker_hangs") == 1, diag
     fired = [line for line in faults if "sink." in line.split()[3]]
     assert all(" fired: " in line for line in fired), diag

@@ -10,7 +10,6 @@ runs again; /metrics must end with no lag, every produced record counted once an
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,27 +22,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start_job(settings: Settings, port: int, log: Path, env: dict[str, str]) -> Any:
-    full = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "IPCOUNT_KAFKA_BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers,
-        "IPCOUNT_TOPICS_SOURCE": settings.topics.source,
-        "IPCOUNT_TOPICS_SINK": settings.topics.sink,
-        "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
-        "IPCOUNT_TOPICS_LATE": settings.topics.late,
-        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
-        "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
-        "IPCOUNT_SPARK_MASTER": "local[2]",
-        **env,
-    }
+def _start_job(full_env: dict[str, str], port: int, log: Path) -> Any:
     return subprocess.Popen(
         [
             sys.executable,
@@ -55,7 +40,7 @@ def _start_job(settings: Settings, port: int, log: Path, env: dict[str, str]) ->
             "--metrics-port",
             str(port),
         ],
-        env=full,
+        env=full_env,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=log.open("w"),
@@ -104,7 +89,7 @@ def _lags(samples: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in samples.items() if k.startswith("ipcount_source_lag_records{")}
 
 
-def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipcount_env) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings()
     ensure_topics(settings)
     feed = Feed(settings)
@@ -121,7 +106,7 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed) -> N
         "IPCOUNT_JOB_RESTART_DELAY_SECONDS": "6",
         "IPCOUNT_METRICS_LAG_POLL_SECONDS": "1",
     }
-    job = _start_job(settings, port, log, env)
+    job = _start_job(ipcount_env(settings, env), port, log)
     try:
         # The endpoint answers before the query runs; nothing has been read yet.
         first = _wait("the metrics endpoint", lambda: _scrape(base), job, log, 120)

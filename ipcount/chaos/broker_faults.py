@@ -101,7 +101,8 @@ class BrokerFaults:
         """Stop the broker the moment a commit request leaves the sink: the writer froze itself
         right before commit_transaction; it is resumed and the broker stopped at once."""
         if job.armed != BROKER_COMMIT:
-            # The job running now was started for another fault: a clean stop, then one armed.
+            # The job running now was started for another fault, or its one freeze is used up:
+            # a clean stop, then a job armed for this one.
             job.terminate()
             job = self._start_job(BROKER_COMMIT)
         while True:
@@ -113,13 +114,22 @@ class BrokerFaults:
                 break
             job = self._unplanned_exit(job, BROKER_COMMIT)
         frozen = job.stopped_writer()
-        if frozen is None:
+        job.armed = None  # one freeze per job start (IPCOUNT_FAULTS_STATE)
+        if frozen is None or not _wait_stopped(frozen[1], 30.0):
+            # Never leave an armed job behind: it could freeze later with nobody to resume it.
+            job.kill()
             self._event(BROKER_COMMIT, None, "no commit froze in time: skipped", injected=False)
-            return job
+            return None
         batch, pid = frozen
         self.env.pause_synth()  # the writer waits, frozen, inside its open transaction
         before = last_committed_batch(self.checkpoint)
-        os.kill(pid, signal.SIGCONT)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            job.kill()
+            self._event(BROKER_COMMIT, batch, "the frozen writer was gone: skipped", injected=False)
+            self.env.resume_synth(more=self.faults_pending)
+            return None
         time.sleep(self.rng.uniform(0.0, 0.02))
         down = self.env.restart_broker(how)
         return self._after_broker_restart(
@@ -160,3 +170,19 @@ class BrokerFaults:
             outcome = f"job died (exit {job.returncode}, see {job.log_path.name}): restarted"
         self._event(kind, before, f"{what}; {outcome}", signal=how)
         return None
+
+
+def _wait_stopped(pid: int, timeout: float) -> bool:
+    """Whether process `pid` is (or within `timeout` becomes) stopped by a signal: the fault
+    point writes its line before it sends itself SIGSTOP. False if it is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                state = fh.read().rsplit(")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in ("T", "t"):
+            return True
+        time.sleep(0.02)
+    return False

@@ -3,7 +3,6 @@ the JSON it polls (/api/top, /api/health); a background thread keeps the top-N c
 
 from __future__ import annotations
 
-import errno
 import http.server
 import importlib.resources
 import json
@@ -17,7 +16,8 @@ from ipcount.config import Settings
 from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.model import TopWindow, WindowBook
-from ipcount.errors import BrokerError, ConfigError, IpcountError
+from ipcount.errors import BrokerError, IpcountError
+from ipcount.httpserve import HttpServer, host_port
 
 __all__ = ["LiveTop", "DashboardServer", "MAX_N"]
 
@@ -129,32 +129,20 @@ def _first(window: dict[str, Any], n: int) -> dict[str, Any]:
     return window
 
 
-class DashboardServer(http.server.ThreadingHTTPServer):
+class DashboardServer(HttpServer):
     """The HTTP server; `live` and `metrics` are what its handlers read."""
-
-    daemon_threads = True
 
     def __init__(self, host: str, port: int, live: LiveTop, metrics: MetricsPoller) -> None:
         self.live = live
         self.metrics = metrics
         self._health_lock = threading.Lock()
         self._health: tuple[float, dict[str, Any]] | None = None
-        try:
-            super().__init__((host, port), _Handler)
-        except OSError as exc:
-            hint = (
-                "another process uses it: choose another --port"
-                if exc.errno == errno.EADDRINUSE
-                else "check --host and --port"
-            )
-            raise ConfigError(
-                f"cannot listen on {host}:{port}: {exc.strerror or exc}; {hint}"
-            ) from exc
+        super().__init__(host, port, _Handler, host_option="--host", port_option="--port")
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return f"http://{host_port(str(host), port)}/"
 
     def health(self) -> dict[str, Any]:
         """The metrics endpoint's figures, read at most every half second."""

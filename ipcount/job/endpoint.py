@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
 from ipcount.config import Settings
+from ipcount.httpserve import HttpServer, host_port
 from ipcount.job.metrics import JobMetrics, TopicPartition
 
 __all__ = ["MetricsServer", "LagPoller", "Observability"]
@@ -44,12 +45,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer:
-    """/metrics and /healthz on host:port, served by a daemon thread."""
+    """/metrics and /healthz on host:port (IPv4 or IPv6), served by a daemon thread.
+
+    Raises:
+        ConfigError: host:port cannot be bound; the message says whether to change metrics.host
+            or metrics.port.
+    """
 
     def __init__(self, metrics: JobMetrics, host: str, port: int) -> None:
         handler = type("MetricsHandler", (_Handler,), {"metrics": metrics})
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = HttpServer(
+            host,
+            port,
+            handler,
+            host_option="metrics.host (env IPCOUNT_METRICS_HOST)",
+            port_option="--metrics-port / metrics.port",
+        )
         self.host, self.port = host, self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="ipcount-metrics", daemon=True
@@ -57,7 +68,8 @@ class MetricsServer:
 
     def start(self) -> MetricsServer:
         self._thread.start()
-        logger.info("metrics on http://%s:%d/metrics, health on /healthz", self.host, self.port)
+        where = host_port(self.host, self.port)
+        logger.info("metrics on http://%s/metrics, health on /healthz", where)
         return self
 
     def stop(self) -> None:
@@ -86,11 +98,23 @@ class LagPoller:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop polling; wait up to `timeout` seconds (None: kafka.connect_timeout_seconds + 5)
+        for a ListOffsets call in flight. A thread still in one closes its consumer itself when
+        the call returns: closing it under the call would crash librdkafka."""
         self._stop.set()
-        self._thread.join(timeout=self.settings.kafka.connect_timeout_seconds + 5)
-        if self._reader is not None:
-            self._reader.close()
+        if self._thread.is_alive():
+            wait = self.settings.kafka.connect_timeout_seconds + 5 if timeout is None else timeout
+            self._thread.join(timeout=wait)
+            if self._thread.is_alive():
+                logger.debug("lag poller still in a ListOffsets call: it closes its consumer")
+                return
+        self._close_reader()
+
+    def _close_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
     def poll_once(self) -> dict[TopicPartition, int]:
         """Lag per partition now.
@@ -108,13 +132,17 @@ class LagPoller:
 
     def _run(self) -> None:
         interval = self.settings.metrics.lag_poll_seconds
-        while not self._stop.is_set():
-            try:
-                self.metrics.set_lag(self.poll_once())
-            except Exception as exc:  # the job goes on; /healthz reports the unknown lag
-                logger.warning("source lag unknown: %s", exc)
-                self.metrics.set_lag(None, str(exc).splitlines()[0] if str(exc) else repr(exc))
-            self._stop.wait(interval)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.metrics.set_lag(self.poll_once())
+                except Exception as exc:  # the job goes on; /healthz reports the unknown lag
+                    logger.warning("source lag unknown: %s", exc)
+                    self.metrics.set_lag(None, str(exc).splitlines()[0] if str(exc) else repr(exc))
+                self._stop.wait(interval)
+        finally:
+            # The consumer is this thread's: stop() may have given up waiting for it.
+            self._close_reader()
 
     def _offsets(self) -> Any:
         if self._reader is None:
@@ -181,18 +209,11 @@ class Observability:
         """Serve /metrics and /healthz on metrics.host:port and start the lag poller.
 
         Raises:
-            ConfigError: the port cannot be bound.
+            ConfigError: metrics.host:port cannot be bound (in use, not an address of this
+                machine, a host that does not resolve).
         """
-        from ipcount.errors import ConfigError
-
         host = self.settings.metrics.host
-        try:
-            self._server = MetricsServer(self.metrics, host, self.port).start()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve metrics on {host}:{self.port} ({exc.strerror or exc}); "
-                "choose another --metrics-port / metrics.port"
-            ) from exc
+        self._server = MetricsServer(self.metrics, host, self.port).start()
         self._poller = LagPoller(self.settings, self.metrics).start()
         return self
 

@@ -125,7 +125,8 @@ class JobMetrics:
         )
         self.aborted = Counter(
             "ipcount_transactions_aborted",
-            "Micro-batches that failed: their transaction, if begun, never commits",
+            "Queries that ended with an error: the failed micro-batch's transaction, if begun, "
+            "never commits",
             ["query"],
             registry=r,
         )
@@ -158,17 +159,19 @@ class JobMetrics:
 
     # --- the runner ---------------------------------------------------------------------------
 
-    def started(self) -> None:
-        """The queries (re)started."""
+    def started(self, *, restarted: bool = False) -> None:
+        """The queries started; `restarted`: by the restart strategy after a failure."""
+        if restarted:
+            self.restarts.inc()
         with self._lock:
             self._running, self._failure, self._restart_at = True, None, None
             self._since = max(self._since, self._clock())
         self.up.set(1)
 
     def failed(self, reason: str, restart_delay: float | None) -> None:
-        """A query failed; `restart_delay`: seconds until the restart (None: no restart)."""
-        if restart_delay is not None:
-            self.restarts.inc()
+        """A query failed; `restart_delay`: seconds until the restart is due (None: no restart).
+        The restart counts when it happens (`started(restarted=True)`), not here: a stop during
+        the delay cancels it."""
         self.up.set(0)
         with self._lock:
             self._running, self._failure = False, reason.splitlines()[0] if reason else reason
@@ -193,30 +196,34 @@ class JobMetrics:
             self.aborted.labels(query=name).inc()
 
     def progress(self, progress: Mapping[str, Any]) -> None:
-        """One finished micro-batch (Spark's progress JSON as a dict)."""
+        """One finished micro-batch (Spark's progress JSON as a dict). Spark writes -1 for a
+        figure it does not know; such a figure counts as 0."""
         s = summarize_progress(dict(progress))
         name = s["name"] or COUNTS_QUERY
+        watermark = _iso_seconds(s["watermark"])
+        if name == COUNTS_QUERY:
+            # First what /healthz judges by: a batch finished, whatever its figures say.
+            self.last_progress.set(self._wall())
+            with self._lock:
+                self._watermark = watermark if watermark is not None else self._watermark
+                self._since = max(self._since, self._clock())
+                self.positions.update(s["end_offsets"])
         self.batches.labels(query=name).inc()
-        self.batch_duration.labels(query=name).observe(s["batch_ms"] / 1000)
+        self.batch_duration.labels(query=name).observe(max(0, s["batch_ms"]) / 1000)
         if s["output_rows"] > 0:
             self.committed.labels(query=name).inc()
         if name != COUNTS_QUERY:
             return
-        self.records.inc(s["records"])
+        self.records.inc(max(0, s["records"]))
         for key, counter in self.quality.items():
-            counter.inc(s[key])
-        self.results.inc(s["output_rows"])
-        self.input_rate.set(s["input_rate"])
-        watermark = _iso_seconds(s["watermark"])
+            counter.inc(max(0, s[key]))
+        self.results.inc(max(0, s["output_rows"]))
+        if s["input_rate"] >= 0:
+            self.input_rate.set(s["input_rate"])
         if watermark is not None:
             self.watermark.set(watermark)
-        self.last_progress.set(self._wall())
-        with self._lock:
-            self._watermark = watermark if watermark is not None else self._watermark
-            self._since = max(self._since, self._clock())
-            self.positions.update(s["end_offsets"])
         if s["lag"] is not None:
-            self.set_lag(s["lag_by_partition"])
+            self.set_lag({tp: max(0, n) for tp, n in s["lag_by_partition"].items()})
 
     # --- the lag poller -----------------------------------------------------------------------
 

@@ -196,7 +196,7 @@ def _run(
             queries = _start()
             failed = False
             if metrics is not None:
-                metrics.started()
+                metrics.started(restarted=True)
     finally:
         if metrics is not None:
             metrics.stopping()

@@ -209,6 +209,7 @@ def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
     def probe() -> subprocess.CompletedProcess[str]:
         env = {
             **os.environ,
+            "IPCOUNT_METRICS_HOST": "127.0.0.1",
             "IPCOUNT_METRICS_PORT": str(server.port),
             "JOB_MARKER": str(marker),
             "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
@@ -233,3 +234,47 @@ def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
         server.stop()
     done = probe()
     assert done.returncode == 1 and "no answer" in done.stdout, done
+
+
+def _has_ipv6() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.2",  # one interface (any of 127/8 is loopback on Linux): probed there
+        "0.0.0.0",  # every interface: probed on 127.0.0.1
+        pytest.param("::", marks=pytest.mark.skipif(not _has_ipv6(), reason="no IPv6")),
+        pytest.param("::1", marks=pytest.mark.skipif(not _has_ipv6(), reason="no IPv6")),
+    ],
+)
+def test_healthcheck_probes_the_metrics_host(host: str, tmp_path: Path) -> None:
+    from ipcount.job.endpoint import MetricsServer
+    from ipcount.job.metrics import JobMetrics
+
+    metrics = JobMetrics()
+    metrics.started()
+    server = MetricsServer(metrics, host, 0).start()
+    (tmp_path / "job").write_text("1\n")
+    env = {
+        **os.environ,
+        "IPCOUNT_METRICS_HOST": host,
+        "IPCOUNT_METRICS_PORT": str(server.port),
+        "JOB_MARKER": str(tmp_path / "job"),
+        "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+    }
+    try:
+        done = subprocess.run(
+            [str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=30
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done

@@ -17,7 +17,7 @@ MAX_LINES = 450  # "about 400": split a module when it takes on a second job
 # in the job). Lazy imports inside functions count too.
 LAYERS: list[set[str]] = [
     {"ipcount", "ipcount.errors"},
-    {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup"},
+    {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup", "ipcount.httpserve"},
     {"ipcount.config"},
     {"ipcount.formats"},
     {"ipcount.kafka", "ipcount.checkpoint"},

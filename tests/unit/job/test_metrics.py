@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ipcount.job.endpoint import MetricsServer
-from ipcount.job.metrics import JobMetrics
+from ipcount.job.metrics import JobMetrics, MetricsListener
 
 PROGRESS = json.loads((Path(__file__).parent / "progress_event.json").read_text())
 REQUIRED = {
@@ -132,11 +132,12 @@ def test_a_failure_and_restart(metrics: JobMetrics, url: str, clock: Clock) -> N
     assert body.count("\n") == 1
     got = _samples(url)
     assert got[("ipcount_transactions_aborted_total", (("query", "ipcount"),))] == 1
-    assert got[("ipcount_query_restarts_total", ())] == 1
+    assert got[("ipcount_query_restarts_total", ())] == 0  # not yet restarted
     assert got[("ipcount_query_up", ())] == 0
     clock.now += 11
-    metrics.started()
+    metrics.started(restarted=True)
     assert _get(url + "/healthz")[0] == 200
+    assert _samples(url)[("ipcount_query_restarts_total", ())] == 1
     metrics.stopping()
     assert _get(url + "/healthz") == (503, "stopped: the job was asked to stop\n")
 
@@ -158,3 +159,36 @@ def test_stalled_only_while_records_wait(metrics: JobMetrics, url: str, clock: C
 
 def test_unknown_paths_are_404(url: str) -> None:
     assert _get(url + "/nope")[0] == 404
+
+
+def test_unknown_figures_in_a_progress_event_do_not_freeze_the_metrics(
+    metrics: JobMetrics, url: str, clock: Clock
+) -> None:
+    """Spark writes -1 for a figure it does not know: the batch still counts as progress."""
+    metrics.started()
+    metrics.set_lag({("src", 0): 40})
+    clock.now += 61  # records wait and no batch finished: stalled
+    assert _get(url + "/healthz")[0] == 503
+    odd = copy.deepcopy(PROGRESS)
+    odd["sink"]["numOutputRows"] = -1
+    odd["durationMs"]["triggerExecution"] = -1
+    odd["inputRowsPerSecond"] = -1
+    for key in ("records", "late"):
+        odd["observedMetrics"]["ipcount_quality"][key] = -1
+
+    class Event:
+        class progress:  # noqa: N801 - Spark's QueryProgressEvent.progress
+            json = json.dumps(odd)
+
+    MetricsListener(metrics).onQueryProgress(Event())
+    status, body = _get(url + "/healthz")
+    assert status == 200, body
+    got = _samples(url)
+    assert got[("ipcount_last_progress_timestamp_seconds", ())] == 1767225660.0
+    assert got[("ipcount_results_total", ())] == 0
+    assert got[("ipcount_records_total", ())] == 0
+    assert got[("ipcount_late_records_total", ())] == 0
+    assert got[("ipcount_malformed_records_total", ())] == 3  # the known figures still count
+    assert got[("ipcount_batches_total", (("query", "ipcount"),))] == 1
+    assert got[("ipcount_transactions_committed_total", (("query", "ipcount"),))] == 0
+    assert got[("ipcount_input_records_per_second", ())] == 0

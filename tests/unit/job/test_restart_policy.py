@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
+from ipcount.config import load_settings
 from ipcount.errors import TransactionAbortedError
 from ipcount.faults import fault_point
+from ipcount.job import runner
+from ipcount.job.metrics import JobMetrics
+from ipcount.job.pipeline import JobQueries
 from ipcount.job.runner import is_fatal
 
 # What Spark's StreamingQueryException text holds for a failure in the sink's commit (trimmed).
@@ -41,3 +52,63 @@ def test_an_abort_fault_fires_once_per_job(monkeypatch, tmp_path) -> None:  # ty
         fault_point("sink.before_commit", 3)
     fault_point("sink.before_commit", 3)  # the replay goes through
     assert [p.name for p in tmp_path.iterdir()] == ["sink.before_commit@3_abort.fired"]
+
+
+class _Query:
+    """A query that has already ended, failed (`error`) or cleanly."""
+
+    name = "ipcount"
+    isActive = False  # noqa: N815 - Spark's name
+
+    def __init__(self, error: str | None) -> None:
+        self.error = error
+
+    def exception(self) -> str | None:
+        return self.error
+
+    def stop(self) -> None:
+        pass
+
+
+def _run_job(monkeypatch: pytest.MonkeyPatch, delay: float) -> tuple[int, JobMetrics, list[Any]]:
+    """The runner's loop, without Spark: the first query fails, a restarted one ends cleanly."""
+    outcomes = ["SourceError: broker went away", None]
+    started: list[Any] = []
+
+    def start_job(*args: Any, **kwargs: Any) -> JobQueries:
+        started.append(outcomes[len(started)])
+        return JobQueries(counts=_Query(started[-1]))
+
+    monkeypatch.setattr(runner, "start_job", start_job)
+    settings = load_settings(
+        env={}, overrides=[f"job.restart_delay_seconds={delay}"], use_default_path=False
+    )
+    streams = SimpleNamespace(addListener=lambda _: None, removeListener=lambda _: None)
+    metrics = JobMetrics()
+    observed = SimpleNamespace(metrics=metrics, listener=object())
+    session = SimpleNamespace(streams=streams)
+    code = runner._run(settings, observed, session, False, None, False, False)
+    return code, metrics, started
+
+
+def _restarts(metrics: JobMetrics) -> float | None:
+    return metrics.registry.get_sample_value("ipcount_query_restarts_total")
+
+
+def test_a_restart_counts_when_the_query_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, metrics, started = _run_job(monkeypatch, delay=0)
+    assert (code, len(started)) == (0, 2)
+    assert _restarts(metrics) == 1
+
+
+def test_a_stop_during_the_restart_delay_is_no_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    sigterm = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    sigterm.start()
+    t0 = time.monotonic()
+    try:
+        code, metrics, started = _run_job(monkeypatch, delay=30)
+    finally:
+        sigterm.cancel()
+    assert time.monotonic() - t0 < 10  # SIGTERM cut the delay short
+    assert (code, len(started)) == (1, 1)
+    assert _restarts(metrics) == 0

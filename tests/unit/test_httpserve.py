@@ -1,0 +1,111 @@
+"""The HTTP server the metrics endpoint and the dashboard listen with: IPv6 hosts bind, and a bind
+failure says what to change by its cause."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from ipcount.errors import ConfigError
+from ipcount.httpserve import HttpServer, host_port
+
+
+class _Hello(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server hook
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"hi\n")
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server hook
+        pass
+
+
+def _serve(host: str, port: int = 0) -> HttpServer:
+    return HttpServer(host, port, _Hello, host_option="--host", port_option="--port")
+
+
+@pytest.fixture
+def running() -> Iterator[list[HttpServer]]:
+    servers: list[HttpServer] = []
+    yield servers
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _start(servers: list[HttpServer], host: str) -> int:
+    server = _serve(host)
+    servers.append(server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return int(server.server_address[1])
+
+
+def _get(host: str, port: int) -> bytes:
+    url = f"http://{host_port(host, port)}/"
+    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - local test server
+        return bytes(resp.read())
+
+
+def _ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+needs_ipv6 = pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+
+
+@needs_ipv6
+def test_an_ipv6_address_binds(running: list[HttpServer]) -> None:
+    port = _start(running, "::1")
+    assert _get("::1", port) == b"hi\n"
+    port = _start(running, "[::1]")  # as a URL writes it
+    assert _get("::1", port) == b"hi\n"
+
+
+@needs_ipv6
+def test_every_interface_in_ipv6_takes_ipv4_too(running: list[HttpServer]) -> None:
+    port = _start(running, "::")
+    assert _get("::1", port) == b"hi\n"
+    assert _get("127.0.0.1", port) == b"hi\n"
+
+
+def test_a_port_in_use_says_choose_another_port(running: list[HttpServer]) -> None:
+    port = _start(running, "127.0.0.1")
+    with pytest.raises(ConfigError) as err:
+        _serve("127.0.0.1", port)
+    assert f"cannot listen on 127.0.0.1:{port}" in str(err.value)
+    assert "another process uses it: choose another --port" in str(err.value)
+
+
+def test_an_address_of_another_machine_says_fix_the_host() -> None:
+    with pytest.raises(ConfigError) as err:
+        _serve("192.0.2.1")  # TEST-NET-1: never an address of this machine
+    assert "192.0.2.1 is not an address of this machine" in str(err.value)
+    assert "--host" in str(err.value) and "--port" not in str(err.value)
+
+
+def test_a_host_that_does_not_resolve_says_fix_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_such_host(*args: object, **kwargs: object) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    with pytest.raises(ConfigError) as err:
+        _serve("metrics.nowhere")
+    assert "'metrics.nowhere' is not an address or a host name" in str(err.value)
+    assert "fix --host" in str(err.value)
+
+
+def test_host_port_brackets_ipv6() -> None:
+    assert host_port("::", 9464) == "[::]:9464"
+    assert host_port("[::1]", 1) == "[::1]:1"
+    assert host_port("0.0.0.0", 9464) == "0.0.0.0:9464"

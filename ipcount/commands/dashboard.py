@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
         "--metrics-url",
         default=None,
         metavar="URL",
-        help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9108/metrics",
+        help="the job's Prometheus endpoint, e.g. http://127.0.0.1:9464/metrics",
     )
     p.add_argument(
         "--keep",

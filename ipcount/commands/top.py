@@ -12,12 +12,16 @@ from typing import Any
 from ipcount.config import Settings
 from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.model import WindowBook
-from ipcount.dashboard.text import TopPrinter
+from ipcount.dashboard.text import TopPrinter, count_forgotten
 from ipcount.errors import BrokerError
 
 __all__ = ["register", "run", "ORDER"]
 
 ORDER = 22
+
+_KEEP = 720  # --keep's default
+# Without a record or a moved position for this long while behind, reading has stalled.
+_STALL_SECONDS = 30.0
 
 _DESCRIPTION = """\
 Print the top-N client IPs of every window: one block per window, in window order, with each
@@ -28,13 +32,14 @@ isolation.level=read_committed, from the beginning. Counts are corrected totals:
 its final count plus every correction for its (window, IP) read so far, and a line ending in
 "(+K late)" says K of it came as corrections.
 
-A window is printed once its results have arrived: the job writes all of a window's results in
-one transaction, and a block is printed only when every partition of both topics has been read to
-its end, so no window is shown half-read. Without --follow, top reads both topics to their ends,
-prints every window (corrections already added in) and exits. With --follow it then keeps
-printing windows as they are committed; a correction that arrives for a window already printed
-prints an "update" block: what changed (+K late), the new total and the new ranking. A window
-that only late records reached has no final result; its block says so."""
+A window is printed once its results have arrived: the job writes all of a window's results in one
+transaction, and a block is printed only when every partition of both topics has been read to its
+end, so no window is shown half-read. Without --follow, top reads both topics to their ends (however
+long they are, as long as records keep coming), prints every window (corrections already added in)
+and exits; --last K prints only the newest K windows and holds no more than K in memory. With
+--follow it then keeps printing windows as they are committed; a correction that arrives for a
+window already printed prints an "update" block: what changed (+K late), the new total and the new
+ranking. A window that only late records reached has no final result; its block says so."""
 
 
 def register(sub: Any) -> None:
@@ -59,12 +64,21 @@ def register(sub: Any) -> None:
         help="ignore topics.late: final counts only (for a job with job.late_corrections off)",
     )
     p.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        metavar="K",
+        help="only the newest K windows: print and keep in memory no more than K (default: "
+        "every window; with --follow, --keep's default); with --follow, they are also the "
+        "windows kept for corrections",
+    )
+    p.add_argument(
         "--keep",
         type=int,
-        default=720,
+        default=None,
         metavar="K",
-        help="with --follow: remember the newest K windows for corrections (default 720, one "
-        "hour of 5 s windows); a correction for an older window is counted, not shown",
+        help=f"with --follow: remember the newest K windows for corrections (default {_KEEP}, "
+        "one hour of 5 s windows); a correction for an older window is counted, not shown",
     )
     p.add_argument(
         "--idle-exit",
@@ -79,35 +93,53 @@ def register(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> None:
     if args.n < 1:
         raise SystemExit("ipcount top: error: --n must be at least 1")
-    if args.keep < 1:
+    if args.keep is not None and args.keep < 1:
         raise SystemExit("ipcount top: error: --keep must be at least 1")
+    if args.last is not None and args.last < 1:
+        raise SystemExit("ipcount top: error: --last must be at least 1")
+    if args.last is not None and args.keep is not None:
+        raise SystemExit(
+            "ipcount top: error: --last and --keep both set how many windows are kept: give one"
+        )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     _check(args)
     printer = TopPrinter(args.n)
-    book = WindowBook(keep=args.keep if args.follow else None)
-    forgotten = 0
+    if args.last is not None:
+        keep: int | None = args.last
+    else:
+        keep = (args.keep or _KEEP) if args.follow else None
+    book = WindowBook(keep=keep)
+    option = "--keep" if args.last is None else "--last"
+    noted: dict[str, int] | None = None  # what the notes covered; None: nothing emitted yet
 
     def emit() -> None:
-        nonlocal forgotten
+        nonlocal noted
         if args.json:
             for record in printer.records(book):
                 print(json.dumps(record), flush=True)
         else:
             for line in printer.lines(book):
                 print(line, flush=True)
-        if book.forgotten > forgotten:
+        new = {k: n - (noted or {}).get(k, 0) for k, n in book.forgotten_by_kind.items()}
+        # Reading the backlog, results of windows older than the kept ones are expected and
+        # --last asked for that; after it, a correction (or result) came for a window let go.
+        if any(new.values()) and (noted is not None or args.last is None):
+            verb = "was" if sum(new.values()) == 1 else "were"
+            what = "not shown" if noted is not None else "skipped while reading the backlog"
             print(
-                f"note: {book.forgotten - forgotten} correction(s) for windows older than the "
-                f"newest {args.keep} were not shown (raise --keep)",
+                f"note: {count_forgotten(new)} for windows older than the newest {keep} {verb} "
+                f"{what} (raise {option} to keep more)",
                 file=sys.stderr,
                 flush=True,
             )
-            forgotten = book.forgotten
+        noted = dict(book.forgotten_by_kind)
 
     with ResultFeed(settings, with_late=not args.no_late) as feed:
-        feed.read_to_end(book)
+        # Caught up, not merely past the ends as they were at the start: a transaction committed
+        # meanwhile is then read in full, never in part.
+        feed.catch_up(book, stall_seconds=_STALL_SECONDS)
         emit()
         if not args.follow:
             return 0

@@ -4,10 +4,12 @@ reporting when it has caught up (every committed transaction read in full). CLI 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
 from ipcount.config import Settings
 from ipcount.dashboard.model import WindowBook
+from ipcount.errors import IpcountError
 from ipcount.formats.avro import Codec, IpCount, make_codec
 from ipcount.kafka.consume import SinkRecord, TopicReader, decode_records
 
@@ -85,15 +87,50 @@ class ResultFeed:
         if not book.add(result, kind):
             logger.debug("not shown (window older than the kept ones): %s %s", kind, result)
 
-    def read_to_end(self, book: WindowBook, deadline_seconds: float = 60.0) -> None:
-        """Read both topics to their ends as they are now into `book`.
+    def catch_up(self, book: WindowBook, stall_seconds: float = 30.0) -> None:
+        """Read both topics into `book` until caught up (as `step` says it): every transaction
+        committed by then is in the book in full, none in part. No overall deadline: a long topic
+        takes as long as it takes while records keep coming; an open transaction does not hold
+        it back (read_committed stops before it, and so does this).
 
         Raises:
-            IpcountError: an open transaction kept a topic from its end (see TopicReader).
+            IpcountError: no record arrived and no position moved for `stall_seconds` while
+                records remained to read.
+            BrokerError: the end offsets could not be queried (the broker is unreachable).
             DecodeError: a record is not an IpCount.
         """
-        for reader, kind, codec in self._readers:
-            self._apply(book, reader.read_to_end(deadline_seconds), kind, codec)
+        mark, since = self._progress(), time.monotonic()
+        at_end: set[int] = set()  # readers found at their end since the last look at all
+        while True:
+            if len(at_end) == len(self._readers):
+                # One look at every topic with nothing arriving and all at their ends: only then
+                # is no transaction read in part (a commit since a reader's own look is seen).
+                if self.step(book):
+                    return
+                at_end.clear()
+            for i, (reader, kind, codec) in enumerate(self._readers):
+                if i in at_end:
+                    continue  # not polled again: an idle reader's back-off would slow the rest
+                if not self._apply(book, reader.poll(timeout=_POLL_SECONDS), kind, codec):
+                    if reader.caught_up():
+                        at_end.add(i)
+            now = self._progress()
+            if now != mark:
+                mark, since = now, time.monotonic()
+            elif time.monotonic() - since > stall_seconds:
+                behind = ", ".join(
+                    r.topic for i, (r, _, _) in enumerate(self._readers) if i not in at_end
+                )
+                raise IpcountError(
+                    f"reading {behind or 'the result topics'} made no progress for "
+                    f"{stall_seconds:g}s with records left to read: is the broker overloaded or "
+                    "going away? (kafka.bootstrap_servers)"
+                )
+
+    def _progress(self) -> tuple[int, int]:
+        """Records read and the sum of all positions (which also move past aborted records
+        and transaction markers)."""
+        return self.records, sum(sum(r.positions().values()) for r, _, _ in self._readers)
 
     def step(self, book: WindowBook) -> bool:
         """One look at each topic, applying what arrived to `book`. Returns True when caught up:

@@ -3,6 +3,7 @@ source lag, watermark delay, batch time, records, late and malformed counts. CLI
 
 from __future__ import annotations
 
+import http.client
 import logging
 import math
 import time
@@ -34,6 +35,10 @@ _SAMPLES = {
     "ipcount_input_records_per_second": "input_rate",
 }
 _MAX_BODY = 4 * 1024 * 1024
+# The counting query's `query` label (ipcount.job.metrics.COUNTS_QUERY, not imported: that module
+# pulls in Spark). Batch times of other queries (the dead-letter query's) are not the job's.
+_COUNTS_QUERY = "ipcount"
+_PER_QUERY = ("ipcount_batch_duration_seconds_sum", "ipcount_batch_duration_seconds_count")
 
 
 def check_metrics_url(url: str) -> str:
@@ -45,7 +50,7 @@ def check_metrics_url(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
-            f"--metrics-url must be an http(s) URL such as http://127.0.0.1:9108/metrics, "
+            f"--metrics-url must be an http(s) URL such as http://127.0.0.1:9464/metrics, "
             f"got {url!r}"
         )
     return url
@@ -61,6 +66,9 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = _SAMPLES.get(sample.name)
+            query = sample.labels.get("query", _COUNTS_QUERY)
+            if sample.name in _PER_QUERY and query != _COUNTS_QUERY:
+                continue
             value = float(sample.value)
             # NaN (e.g. the watermark delay before the first watermark) means "not known yet".
             if key is not None and math.isfinite(value):
@@ -122,6 +130,16 @@ class MetricsPoller:
             return Health(
                 "unreachable", f"metrics endpoint {self.url} unreachable: {reason}", self.url
             )
+        except http.client.HTTPException as exc:
+            # It answered, but not in HTTP (e.g. an SSH server's "SSH-2.0-..." banner).
+            return Health(
+                "invalid",
+                f"{self.url} did not answer in HTTP ({type(exc).__name__}: {exc}): is it the "
+                "job's metrics endpoint?",
+                self.url,
+            )
+        except ValueError as exc:  # e.g. a header line longer than http.client allows
+            return Health("invalid", f"{self.url} answered unreadably: {exc}", self.url)
         try:
             values = parse_metrics(text)
         except ValueError as exc:

@@ -98,8 +98,10 @@ class WindowBook:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self.keep = keep
         self.seq = 0
-        # Corrections (or results) for windows older than the kept ones: not shown.
+        # Records for windows older than the kept ones, not shown: late corrections, and final
+        # results too while a backlog of more windows than `keep` is read. In all and by kind.
         self.forgotten = 0
+        self.forgotten_by_kind = dict.fromkeys(KINDS, 0)
         self._windows: dict[int, _Window] = {}
 
     def add(self, result: IpCount, kind: str) -> bool:
@@ -118,6 +120,7 @@ class WindowBook:
                 oldest = min(self._windows)
                 if start < oldest:
                     self.forgotten += 1
+                    self.forgotten_by_kind[kind] += 1
                     return False
                 del self._windows[oldest]
             window = self._windows[start] = _Window(result.window_end)

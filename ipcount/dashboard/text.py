@@ -4,11 +4,12 @@ update block when a window already shown changes (late corrections). CLI side.""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from ipcount.dashboard.model import TopWindow, WindowBook
 
-__all__ = ["TopPrinter", "format_block"]
+__all__ = ["TopPrinter", "format_block", "count_forgotten"]
 
 _IP_WIDTH = 15  # an IPv4 address; longer (IPv6) addresses widen the column of their block
 _COUNT_WIDTH = 5
@@ -21,6 +22,16 @@ def _utc(ms: int) -> dt.datetime:
 def _span(w: TopWindow) -> str:
     seconds = (w.window_end - w.window_start) / 1000
     return f"{_utc(w.window_start).strftime('%Y-%m-%dT%H:%M:%SZ')} +{seconds:g}s"
+
+
+def count_forgotten(by_kind: Mapping[str, int]) -> str:
+    """Records not shown, in words by kind: "2 final results and 1 late correction"."""
+    names = {
+        "final": ("final result", "final results"),
+        "late": ("late correction", "late corrections"),
+    }
+    parts = [f"{n} {names[k][n != 1]}" for k, n in by_kind.items() if n]
+    return " and ".join(parts) or "no records"
 
 
 def format_block(w: TopWindow, shown: TopWindow | None = None) -> list[str]:

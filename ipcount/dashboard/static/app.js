@@ -86,7 +86,8 @@ function drawFeed(feed) {
   const topics = feed.late ? `${feed.sink} + ${feed.late}` : feed.sink;
   let text = `${topics} (${feed.isolation}) · ${fmt(feed.records)} records read`;
   if (feed.caught_up_at) text += ` · up to date at ${new Date(feed.caught_up_at * 1000).toISOString().slice(11, 19)}Z`;
-  if (feed.forgotten) text += ` · ${fmt(feed.forgotten)} corrections for windows older than the kept ${feed.keep}`;
+  // Late corrections for windows let go, and final results of the older windows of a backlog.
+  if (feed.forgotten) text += ` · ${fmt(feed.forgotten)} records (final results or corrections) for windows older than the newest ${feed.keep} not shown`;
   if (feed.error) text = `${topics}: ${feed.error}`;
   box.textContent = text;
   box.className = "feed" + (feed.error ? " error" : "");
@@ -135,19 +136,35 @@ function render() {
   drawFeed(d.feed);
 }
 
+function serverDown(err) {
+  const box = document.getElementById("feed");
+  box.textContent = `dashboard server unreachable (${err}); retrying`;
+  box.className = "feed error";
+}
+
+async function getJson(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  return r.json();
+}
+
+// The two endpoints are fetched and drawn independently: a failing health read must not stop
+// the top-N chart (nor the other way round).
 async function poll() {
-  try {
-    const [top, health] = await Promise.all([
-      fetch(`/api/top?n=${state.n}`).then((r) => r.json()),
-      fetch("/api/health").then((r) => r.json()),
-    ]);
-    state.data = top;
+  const [top, health] = await Promise.allSettled([
+    getJson(`/api/top?n=${state.n}`),
+    getJson("/api/health"),
+  ]);
+  if (top.status === "fulfilled") {
+    state.data = top.value;
     render();
-    drawHealth(health);
-  } catch (err) {
-    const box = document.getElementById("feed");
-    box.textContent = `dashboard server unreachable (${err}); retrying`;
-    box.className = "feed error";
+  } else {
+    serverDown(top.reason);
+  }
+  if (health.status === "fulfilled") {
+    drawHealth(health.value);
+  } else {
+    drawHealth({ status: "unreachable", message: `job health unavailable (${health.reason}); retrying` });
   }
 }
 

@@ -220,6 +220,13 @@ def test_top_prints_every_window_with_corrected_totals(written: Settings) -> Non
     assert "window 2023-11-14T22:13:30Z +5s  4 requests from 1 IPs, 4 of them late " in out.stdout
 
 
+def test_top_last_prints_only_the_newest_windows(written: Settings) -> None:
+    out = cli(written, "top", "--n", "3", "--json", "--last", "2")
+    assert out.returncode == 0, out.stderr
+    got = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [{k: v for k, v in g.items() if k != "update"} for g in got] == EXPECTED_TOP3[1:]
+
+
 def test_dashboard_data_endpoint_gives_the_same_top_n_as_top(
     written: Settings, dashboard: Dashboard
 ) -> None:

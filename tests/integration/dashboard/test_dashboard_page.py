@@ -3,11 +3,14 @@ bar per top IP labelled with its address, and the screenshot has the bars' colou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -161,3 +164,41 @@ def test_page_shows_final_bars_for_a_window_with_final_results(
     _, _, rows = decode_png(shot.read_bytes())
     # Four bars of 18 px height, the shortest 30/50 of the longest: thousands of bar pixels.
     assert count_pixels(rows, BAR_RGB) > 4 * 18 * 100
+
+
+def test_a_wrong_metrics_url_leaves_the_chart_drawing(
+    chromium: str, make_settings: Callable[..., Settings]
+) -> None:
+    # --metrics-url pointing at an SSH server: it answers with a banner, not HTTP.
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def banners() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6p1 Debian-4\r\n")
+                with contextlib.suppress(OSError):
+                    conn.recv(4096)  # the request: closing before it arrives would reset
+
+    threading.Thread(target=banners, daemon=True).start()
+    settings = make_settings()
+    ensure_topics(settings)
+    Sink(settings).commit(BATCHES[0][0], [])
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+    d = Dashboard(settings, "--metrics-url", url)
+    try:
+        d.top(10, 1)
+        out = _browser(chromium, "--dump-dom", f"{d.url}?n=2")
+    finally:
+        d.stop()
+        listener.close()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.findall(r'<rect class="bar" data-ip="([^"]+)"', out.stdout) == [
+        "10.0.0.1",
+        "10.0.0.2",
+    ]
+    assert f"{url} did not answer in HTTP" in out.stdout

@@ -4,14 +4,24 @@ prometheus_client with the job's metric names, an absent one, an unreachable one
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 
 from ipcount.dashboard.metrics import MetricsPoller, parse_metrics
 from ipcount.local.broker import free_port
+
+COUNTS_QUERY = "ipcount"  # the job's counting query's `query` label
 
 
 @pytest.fixture
@@ -129,3 +139,42 @@ def test_not_yet_known_values_are_none_not_nan() -> None:
     )
     values = parse_metrics(text)
     assert values["watermark_delay_seconds"] is None and values["up"] == 1
+
+
+def test_a_server_that_does_not_answer_in_http_is_a_status_not_an_exception() -> None:
+    # A wrong --metrics-url, e.g. an SSH port: it answers with a banner, not an HTTP status line.
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def banner() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6p1 Debian-4\r\n")
+            conn.recv(4096)
+
+    thread = threading.Thread(target=banner, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/metrics"
+    try:
+        h = MetricsPoller(url, timeout=2).read()
+    finally:
+        listener.close()
+        thread.join(5)
+    assert h.status == "invalid"
+    assert url in h.message and "HTTP" in h.message
+
+
+def test_batch_time_is_the_counting_querys_not_the_dead_letter_querys() -> None:
+    reg = CollectorRegistry()
+    batch = Histogram("ipcount_batch_duration_seconds", "batch", ["query"], registry=reg)
+    for s in (1.0, 3.0):
+        batch.labels(query=COUNTS_QUERY).observe(s)
+    batch.labels(query="ipcount-dead-letter").observe(100.0)
+    values = parse_metrics(generate_latest(reg).decode())
+    assert (values["batches"], values["batch_seconds_sum"]) == (2, 4.0)
+
+
+def test_the_counting_querys_label_is_the_jobs() -> None:
+    from ipcount.dashboard import metrics
+    from ipcount.job.metrics import COUNTS_QUERY as JOBS
+
+    assert metrics._COUNTS_QUERY == JOBS == COUNTS_QUERY

@@ -93,6 +93,9 @@ def test_the_book_keeps_only_the_newest_windows_and_counts_what_it_forgot() -> N
     # A correction for a window no longer kept cannot be shown with its total.
     assert book.add(_r(0, "10.0.0.1", 1), "late") is False
     assert book.forgotten == 1
+    # ... nor can a final result of such a window (a partition read behind the others).
+    assert book.add(_r(1, "10.0.0.2", 1), "final") is False
+    assert (book.forgotten, book.forgotten_by_kind) == (2, {"final": 1, "late": 1})
     assert [w.window_start for w in book.top(1)] == [T0 + 2 * W, T0 + 3 * W]
 
 

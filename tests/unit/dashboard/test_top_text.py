@@ -4,7 +4,7 @@ update blocks that say what changed."""
 from __future__ import annotations
 
 from ipcount.dashboard.model import WindowBook
-from ipcount.dashboard.text import TopPrinter
+from ipcount.dashboard.text import TopPrinter, count_forgotten
 from ipcount.formats.avro import IpCount
 
 W = 5000
@@ -95,3 +95,8 @@ def test_json_records_mark_updates() -> None:
     (second,) = printer.records(book)
     assert (first["update"], first["total"]) == (False, 1)
     assert (second["update"], second["total"], second["top"][0]["late"]) == (True, 2, 1)
+
+
+def test_records_not_shown_are_named_by_kind() -> None:
+    assert count_forgotten({"final": 2, "late": 1}) == "2 final results and 1 late correction"
+    assert count_forgotten({"final": 0, "late": 3}) == "3 late corrections"

@@ -221,10 +221,11 @@ class ChaosRunner(BrokerFaults):
         if loss:
             # The job's self-check found a commit the broker acknowledged and then lost (noida-db
             # can, on a planned restart): the round is over, reported as such, never as exact.
-            self._event(BROKER_LOSS, None, loss.strip()[-600:], injected=False)
+            what = loss[loss.index("the broker lost a committed batch") :].strip()
+            self._event(BROKER_LOSS, None, what[:600], injected=False)
             raise ChaosError(
-                "detected broker loss: the job refused to start because the broker lost a "
-                f"commit it had acknowledged (see {job.log_path}): {loss.strip()[-600:]}"
+                "detected broker loss: the job stopped rather than count on over a commit the "
+                f"broker acknowledged and then lost (see {job.log_path}): {what}"
             )
         if self._exits_in_a_row >= _MAX_EXITS_IN_A_ROW:
             raise ChaosError(

@@ -165,6 +165,8 @@ class ChaosReport:
     # Fired fault points whose effect the progress topic confirms at the end, and those it does not.
     confirmed: list[str] = field(default_factory=list)
     unconfirmed: list[str] = field(default_factory=list)
+    # What the job said when its self-check found a commit the broker acknowledged and lost.
+    broker_loss: str = ""
 
     def count(self, kind: str, injected: bool = True) -> int:
         return sum(1 for e in self.events if e.kind == kind and e.injected == injected)
@@ -190,7 +192,15 @@ class ChaosReport:
     @property
     def ok(self) -> bool:
         """Exact output, and every planned fault was injected and did what it should."""
-        return self.exact and self.missed == 0 and not self.unconfirmed
+        return self.exact and self.missed == 0 and not self.unconfirmed and not self.broker_loss
+
+    def final_line(self) -> str:
+        """The last line: recovery figures, then the verify summary, or the detected loss."""
+        if self.broker_loss:
+            return f"{self.recovery_figures()} broker_loss=detected exact=false"
+        if self.committed is None:
+            return f"{self.recovery_figures()} exact=false"
+        return f"{self.recovery_figures()} {self.committed.summary()}"
 
     @property
     def duplicates_prevented(self) -> int:

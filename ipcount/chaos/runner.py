@@ -55,6 +55,10 @@ _WHY = {
 }
 
 
+class _BrokerLoss(ChaosError):
+    """The job's self-check found a commit the broker acknowledged and then lost."""
+
+
 class ChaosRunner(BrokerFaults):
     """One chaos run; `run()` returns its report. Prints nothing: faults go to `on_event`,
     progress notes to `on_note`."""
@@ -223,7 +227,7 @@ class ChaosRunner(BrokerFaults):
             # can, on a planned restart): the round is over, reported as such, never as exact.
             what = loss[loss.index("the broker lost a committed batch") :].strip()
             self._event(BROKER_LOSS, None, what[:600], injected=False)
-            raise ChaosError(
+            raise _BrokerLoss(
                 "detected broker loss: the job stopped rather than count on over a commit the "
                 f"broker acknowledged and then lost (see {job.log_path}): {what}"
             )
@@ -280,6 +284,9 @@ class ChaosRunner(BrokerFaults):
             self.env.start_synth(self.options.records)
             self._faults()
             self._finish()
+        except _BrokerLoss as loss:
+            # The round ends here, reported with what it measured: never as exact.
+            self.report.broker_loss = str(loss)
         finally:
             self._cleanup()
             self.report.seconds = self._now()

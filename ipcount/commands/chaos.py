@@ -132,11 +132,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"aborted transactions): {uncommitted.summary()}"
         )
     _say(report.summary())
+    if report.broker_loss:
+        _say(report.broker_loss)
     if report.missed:
         _say(f"{report.missed} planned fault(s) could not be injected: the proof is incomplete")
     _say(f"logs, ledgers and checkpoint: {report.run_dir}")
     if options.use_configured_broker:
         _say(f"re-check any time: {report.verify_command}")
-    if committed is not None:
-        print(f"{report.recovery_figures()} {committed.summary()}", flush=True)
+    if committed is not None or report.broker_loss:
+        print(report.final_line(), flush=True)
     return 0 if report.ok else 1

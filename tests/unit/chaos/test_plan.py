@@ -149,3 +149,16 @@ def test_recovery_figures_are_median_and_maximum(tmp_path: Path) -> None:
         report.events.append(ChaosEvent(float(i), "kill", i, "x", recovery_s=seconds))
     assert report.recovery_figures() == "recovery_s_p50=3.0 recovery_s_max=9.5"
     assert report.summary().endswith("recovery_s_p50=3.0 recovery_s_max=9.5")
+
+
+def test_a_detected_broker_loss_ends_with_its_figures_and_never_as_exact(tmp_path: Path) -> None:
+    from ipcount.chaos.plan import ChaosEvent, ChaosReport
+
+    report = ChaosReport(1, tmp_path)
+    report.events.append(ChaosEvent(1.0, "kill", 3, "x", recovery_s=12.0))
+    report.broker_loss = "detected broker loss: ... batch 26 ..."
+    assert (
+        report.final_line()
+        == "recovery_s_p50=12.0 recovery_s_max=12.0 broker_loss=detected exact=false"
+    )
+    assert not report.ok

@@ -6,6 +6,7 @@ IPCOUNT_TEST_BROKER picks the local broker kind: noida-db (default) or kafka (Ap
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -33,6 +34,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.kafka)
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.slow)
+
+
+def _has_ipv6() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("ipv6") is not None and not _has_ipv6():
+        pytest.skip("no IPv6 loopback on this machine")
 
 
 @pytest.fixture(scope="session", autouse=True)

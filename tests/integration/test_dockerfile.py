@@ -236,24 +236,13 @@ def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
     assert done.returncode == 1 and "no answer" in done.stdout, done
 
 
-def _has_ipv6() -> bool:
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize(
     "host",
     [
         "127.0.0.2",  # one interface (any of 127/8 is loopback on Linux): probed there
         "0.0.0.0",  # every interface: probed on 127.0.0.1
-        pytest.param("::", marks=pytest.mark.skipif(not _has_ipv6(), reason="no IPv6")),
-        pytest.param("::1", marks=pytest.mark.skipif(not _has_ipv6(), reason="no IPv6")),
+        pytest.param("::", marks=pytest.mark.ipv6),
+        pytest.param("::1", marks=pytest.mark.ipv6),
     ],
 )
 def test_healthcheck_probes_the_metrics_host(host: str, tmp_path: Path) -> None:

@@ -52,19 +52,7 @@ def _get(host: str, port: int) -> bytes:
         return bytes(resp.read())
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-needs_ipv6 = pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
-
-
-@needs_ipv6
+@pytest.mark.ipv6
 def test_an_ipv6_address_binds(running: list[HttpServer]) -> None:
     port = _start(running, "::1")
     assert _get("::1", port) == b"hi\n"
@@ -72,7 +60,7 @@ def test_an_ipv6_address_binds(running: list[HttpServer]) -> None:
     assert _get("::1", port) == b"hi\n"
 
 
-@needs_ipv6
+@pytest.mark.ipv6
 def test_every_interface_in_ipv6_takes_ipv4_too(running: list[HttpServer]) -> None:
     port = _start(running, "::")
     assert _get("::1", port) == b"hi\n"

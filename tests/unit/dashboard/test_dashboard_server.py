@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import urllib.request
 from typing import Any
@@ -13,16 +12,7 @@ from ipcount.dashboard.server import DashboardServer
 from ipcount.errors import ConfigError
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+@pytest.mark.ipv6
 def test_host_ipv6_serves_the_page() -> None:
     none: Any = None  # the page itself needs neither the live top-N nor the metrics
     server = DashboardServer("::", 0, none, none)

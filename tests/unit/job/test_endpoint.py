@@ -19,16 +19,7 @@ def _settings(*overrides: str):  # type: ignore[no-untyped-def]
     return load_settings(env={}, overrides=overrides, use_default_path=False)
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback here")
+@pytest.mark.ipv6
 def test_metrics_host_ipv6_every_interface_serves_healthz() -> None:
     metrics = JobMetrics()
     metrics.started()

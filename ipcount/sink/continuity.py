@@ -13,10 +13,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ipcount.errors import SinkError, SinkHistoryError
+from ipcount.errors import SinkError
 from ipcount.kafka.client import describe_kafka_error
 from ipcount.kafka.consume import consumer_conf
-from ipcount.sink.history import POSITION_KEY, read_markers
+from ipcount.sink.history import POSITION_KEY, lost_commit, read_markers
 
 __all__ = ["StaleSession", "check_still_committed"]
 
@@ -47,17 +47,8 @@ def check_still_committed(
     if marker is None:
         return
     missing = _marker_missing(conf, progress_topic, marker, deadline_s)
-    if missing is None:
-        return
-    raise SinkHistoryError(
-        f"the broker lost a committed batch of {topic!r}: batch {marker['batchId']} "
-        f"({marker.get('records', '?')} records, source offsets "
-        f"{json.dumps(marker.get('sourceEnd'), sort_keys=True)}) was acknowledged as committed, "
-        f"but {missing}. The job stops rather than write batch {next_batch} over the hole. "
-        "Recover the broker's data (replicas, backups), or re-count from the last batch the "
-        "broker has: restore the checkpoint copy that matches it, or start with `--new-query` "
-        "on a new checkpoint"
-    )
+    if missing is not None:
+        raise lost_commit(topic, marker, f"{missing}; batch {next_batch} is not written")
 
 
 def _marker_missing(

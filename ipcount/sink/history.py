@@ -45,6 +45,7 @@ __all__ = [
     "read_markers",
     "check_checkpoint",
     "check_replay",
+    "lost_commit",
     "other_query_output",
     "starting_offsets_after",
 ]
@@ -213,18 +214,18 @@ def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: s
     if receipts:
         first = receipts[0]
         have = "none" if marker is None else f"batch {marker['batchId']}"
-        raise SinkHistoryError(
-            f"the broker lost a committed batch of {topic!r}: batch {first.batch_id} "
-            f"({first.records} records, source offsets {_offsets(first.source_end)}) was "
-            f"acknowledged as committed "
-            f"{_when({'committedAtMs': first.committed_at_ms})}, but the newest progress marker "
-            f"the broker now has for this query is {have}"
+        raise lost_commit(
+            topic,
+            {
+                "batchId": first.batch_id,
+                "records": first.records,
+                "sourceEnd": first.source_end,
+                "committedAtMs": first.committed_at_ms,
+            },
+            f"the newest progress marker the broker now has for this query is {have}"
             + (f" (source offsets {_offsets(marker.get('sourceEnd'))})" if marker else "")
-            + f"; {len(receipts)} acknowledged batch(es) are missing. The job stops rather than "
-            "write on over the hole. Recover the broker's data (replicas, backups), or re-count "
-            "from the last batch the broker has: restore the checkpoint copy that matches it, or "
-            f"delete the receipts in {checkpoint}/ipcount-sink newer than that batch and start "
-            "with `--new-query` on a new checkpoint"
+            + f"; {len(receipts)} acknowledged batch(es) are missing",
+            f"delete the receipts in {checkpoint}/ipcount-sink newer than that batch and ",
         )
     if marker is None or int(marker["batchId"]) < 0:
         return  # nothing committed yet (a --new-query start's marker ends before batch 0)
@@ -244,6 +245,22 @@ def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: s
         mine = log.source_end(batch)
         if mine is not None and not _same_content(mine, marker["sourceEnd"]):
             raise _different(checkpoint, topic, marker, batch, mine)
+
+
+def lost_commit(
+    topic: str, lost: Mapping[str, Any], found: str, receipts: str = ""
+) -> SinkHistoryError:
+    """The error for a commit the broker acknowledged and no longer has: `lost` is what was
+    committed (a marker's fields), `found` what the broker has instead, `receipts` what to do
+    with the checkpoint's receipts of it, if any."""
+    return SinkHistoryError(
+        f"the broker lost a committed batch of {topic!r}: batch {lost['batchId']} "
+        f"({lost.get('records', '?')} records, source offsets {_offsets(lost.get('sourceEnd'))}) "
+        f"was acknowledged as committed {_when(lost)}, but {found}. The job stops rather than "
+        "write on over the hole. Recover the broker's data (replicas, backups), or re-count "
+        "from the last batch the broker has: restore the checkpoint copy that matches it, or "
+        f"{receipts}start with `--new-query` on a new checkpoint"
+    )
 
 
 def check_replay(

@@ -107,7 +107,7 @@ class ChaosRunner(BrokerFaults):
         self.report.job_starts += 1
         n = self.report.job_starts
         log = self.run_dir / f"job-{n}.log"
-        env = child_env(faults_log=log)
+        state = ""
         if next_event in INJECTED or next_event == BROKER_COMMIT:
             last = last_committed_batch(self.checkpoint)
             # Past the batch a restart replays (last + 1): the fault hits a new batch, live.
@@ -116,13 +116,16 @@ class ChaosRunner(BrokerFaults):
             if next_event == BROKER_COMMIT:
                 # The writer freezes itself before one commit of the range (once per job).
                 faults = fault_spec(BEFORE_COMMIT, first, span, "/stop")
-                state = self.run_dir / f"faults-{n}"
-                state.mkdir(parents=True, exist_ok=True)
-                env[STATE_ENV_VAR] = str(state)
+                folder = self.run_dir / f"faults-{n}"
+                folder.mkdir(parents=True, exist_ok=True)
+                state = str(folder)
             else:
                 faults = fault_spec(next_event, first, span)
             armed = f"; armed: {next_event} from batch {first}"
-        env = child_env(env, faults=faults, faults_log=log)
+        env = child_env(faults=faults, faults_log=log)
+        env.pop(STATE_ENV_VAR, None)
+        if state:
+            env[STATE_ENV_VAR] = state
         argv = [sys.executable, "-m", "ipcount", *self.env.cli, "run"]
         job = JobProcess(argv, log, env=env)
         job.armed = next_event if faults else None

@@ -36,6 +36,8 @@ class BatchWatermarks:
     batch_id: int
     watermark_ms: int
     late_before_ms: int
+    # Spark's batchTimestampMs: what current_timestamp() is in this batch (0: not recorded).
+    batch_timestamp_ms: int = 0
 
 
 class OffsetLog:
@@ -95,7 +97,12 @@ class OffsetLog:
             if batch_id > 0:
                 previous, _ = self.entry(batch_id - 1)
                 late_before = int(previous.get("batchWatermarkMs", 0))
-            return BatchWatermarks(batch_id, int(meta.get("batchWatermarkMs", 0)), late_before)
+            return BatchWatermarks(
+                batch_id,
+                int(meta.get("batchWatermarkMs", 0)),
+                late_before,
+                int(meta.get("batchTimestampMs", 0)),
+            )
         raise SourceError(
             f"no micro-batch in {self.checkpoint}/offsets ends at {json.dumps(end)}: option "
             "queryCheckpoint must be this query's own checkpointLocation"

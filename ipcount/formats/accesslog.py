@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 __all__ = [
     "LINE_PATTERN",
+    "LINE_PATTERN_RE2",
     "IPV4_PATTERN",
     "IPV6_PATTERN",
     "IP_PATTERN",
@@ -34,6 +35,7 @@ __all__ = [
     "parse_record",
     "parse_time_local",
     "canonical_ip",
+    "client_ip",
     "ParseError",
 ]
 
@@ -53,17 +55,31 @@ _FIELD = r'[^ "\t\n\x0B\f\r]+'
 _USER = r'[^"]+?'
 # $time_local exactly as nginx writes it: 26 characters, e.g. 22/Nov/2026:09:57:08 +0000.
 TIME_PATTERN = r"[0-9]{2}/[A-Z][a-z]{2}/[1-9][0-9]{3}:[0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}"
-LINE_PATTERN = (
-    rf"^({_FIELD}) {_FIELD} ({_USER}) \[({TIME_PATTERN})\] "
-    + _QUOTED
-    + r" ([0-9]{3}) ([0-9]+|-) "
-    + _QUOTED
-    + " "
-    + _QUOTED
-    + r"(?![\s\S])"
-)
+
+
+def _line_pattern(ip: str, user: str, time: str, quoted: str, end: str) -> str:
+    """The combined-format line, its groups opened by the given prefixes (`(` numbered, `(?:`
+    not captured, `(?P<name>` named): one grammar for Python's `re` and RE2."""
+    field = _QUOTED.replace("(", quoted, 1)
+    return (
+        rf"^{ip}{_FIELD}) {_FIELD} {user}{_USER}) \[{time}{TIME_PATTERN})\] "
+        + field
+        + rf" {quoted}[0-9]{{3}}) {quoted}[0-9]+|-) "
+        + field
+        + " "
+        + field
+        + end
+    )
+
+
+# Python's `re`: every field a numbered group; `(?![\s\S])` is the absolute end (`$` would also
+# match before a final newline).
+LINE_PATTERN = _line_pattern("(", "(", "(", "(", r"(?![\s\S])")
 GROUP_IP = 1
 GROUP_TIME = 3
+# RE2 (pyarrow.compute.extract_regex, the job's vectorised parse): only the client IP and
+# $time_local captured, as named groups; `\z` is RE2's absolute end (it has no lookahead).
+LINE_PATTERN_RE2 = _line_pattern("(?P<ip>", "(?:", "(?P<time>", "(?:", r"\z")
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
@@ -212,6 +228,17 @@ def canonical_ip(ip: str) -> str:
     return str(mapped) if mapped is not None else v6.compressed
 
 
+def client_ip(text: str) -> str:
+    """The canonical spelling of the $remote_addr text of a line, if IP_PATTERN admits it.
+
+    Raises:
+        ParseError: not an address IP_PATTERN admits.
+    """
+    if not _IP_RE.match(text):
+        raise ParseError(f"bad client IP {text!r}")
+    return canonical_ip(text)
+
+
 def parse_record(line: str | bytes) -> AccessRecord:
     """Parse one line with the same rules as the Spark job.
 
@@ -226,11 +253,8 @@ def parse_record(line: str | bytes) -> AccessRecord:
     m = _LINE_RE.match(line)
     if m is None:
         raise ParseError("not an nginx combined-format line")
-    ip = m.group(GROUP_IP)
-    if not _IP_RE.match(ip):
-        raise ParseError(f"bad client IP {ip!r}")
     return AccessRecord(
-        ip=canonical_ip(ip),
+        ip=client_ip(m.group(GROUP_IP)),
         event_time=parse_time_local(m.group(GROUP_TIME)),
         request=m.group(4),
         status=int(m.group(5)),

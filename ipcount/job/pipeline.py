@@ -1,5 +1,5 @@
-"""The IP-count job (driver): Kafka source -> parse -> watermark -> 5 s tumbling count per IP ->
-txn sink.
+"""The IP-count job (driver): Kafka source (its read tasks parse and combine: partial counts per
+window and IP, see source.combine) -> watermark -> 5 s tumbling count per IP -> txn sink.
 
 Run it with `ipcount run`, or with spark-submit (the same CLI):
     spark-submit --master 'local[*]' ipcount/__main__.py run [--available-now]
@@ -16,7 +16,6 @@ from ipcount.config import Settings
 from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
 from ipcount.job.history import check_sink_history
-from ipcount.job.parse import parse_access_records
 from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topics import missing_topics
@@ -28,7 +27,6 @@ __all__ = [
     "JobQueries",
     "source_options",
     "build_counts",
-    "classify_late",
     "preflight",
     "start_job",
 ]
@@ -61,19 +59,26 @@ def _ms(seconds: float) -> int:
 def source_options(
     settings: Settings,
     *,
+    output: str = "counts",
     heartbeats: bool = True,
     close_all_windows: bool = False,
     query_checkpoint: str = "",
 ) -> dict[str, str]:
     """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
 
+    `output`: counts (the combiner: partial counts), rejects (dead letters) or records (raw).
     `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
     time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
-    checkpoint, whose offset log gives each batch's watermark for late records.
+    checkpoint, whose offset log gives each batch's time (future records) and watermark (late
+    records).
     """
     job = settings.job
     opts = {
         "subscribe": settings.topics.source,
+        "output": output,
+        "windowMs": str(_ms(job.window_seconds)),
+        "maxRecordBytes": str(job.max_record_bytes),
+        "lateCorrections": "true" if job.late_corrections else "false",
         "eventTimeFormat": "nginx-combined",
         "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
         "availableNowFlush": "all" if close_all_windows else "data",
@@ -103,83 +108,57 @@ def source_options(
     return opts
 
 
-def _window_start_ms(settings: Settings) -> Any:
-    from pyspark.sql import functions as F
+def build_counts(combined: Any, settings: Settings) -> Any:
+    """Watermark and count per (5 s window, ip, late) over the source's combined rows
+    (output=counts: the read tasks already counted their records per window, client and late).
 
-    event_ms = F.unix_millis(F.col("event_time"))
-    return event_ms - F.pmod(event_ms, F.lit(_ms(settings.job.window_seconds)))
-
-
-def classify_late(parsed: Any, settings: Settings) -> Any:
-    """Add `late`: a counted record whose window ends at or before the batch's `late_before`
-    (the watermark Spark judges late rows by), i.e. whose window's result was already emitted.
-
-    Spark would drop such a row; ipcount counts it as a correction instead (see build_counts).
-    Rows without a `late_before` (no checkpoint given to the source) are never late here: Spark's
-    own rule then drops them, as `dropped=` in the progress line.
-    """
-    from pyspark.sql import functions as F
-
-    window_ms = _ms(settings.job.window_seconds)
-    counted = ~F.col("heartbeat") & ~F.col("malformed") & ~F.col("future")
-    ends_before = _window_start_ms(settings) + F.lit(window_ms) <= F.unix_millis(
-        F.col("late_before")
-    )
-    return parsed.withColumn("late", F.coalesce(counted & ends_before, F.lit(False)))
-
-
-def build_counts(parsed: Any, settings: Settings) -> Any:
-    """Watermark and count real records per (5 s window, ip, late); heartbeats move the watermark
-    only. `parsed` must carry `late` (classify_late).
-
-    On-time rows are counted per window as Spark does. A late row (its window's result already
-    emitted) is counted under its own window but carried by the window that holds `late_before`:
-    that window ends after `late_before`, so Spark keeps the row, and the row's carrier time never
-    exceeds an event time already seen, so the watermark stays the true maximum event time. The
-    carrier window's result is emitted like any other, and a late row leaves as a correction
-    (late=true) with the first window that closes after it arrived.
+    A counted row's `event_time` is the newest event time among its records, so the watermark is
+    the true maximum event time. A late row (its window's result already emitted) rides on the
+    batch's `late_before` instead: that window ends after `late_before`, so Spark keeps the row;
+    it is counted under its own window (`window_start`) and leaves as a correction (late=true)
+    with the first window that closes after it arrived.
 
     Heartbeat rows must reach `withWatermark`: a filter that drops them would be pushed below it
     (it does not reference the event-time column) and the watermark would never see them. So they
     are kept through the aggregation, counted as 0, and the zero-count groups dropped after it.
-    Malformed and future rows are removed first: they never reach a window or the watermark.
+    The malformed / future tallies never reach a window or the watermark.
     """
     from pyspark.sql import functions as F
 
-    window = f"{_ms(settings.job.window_seconds)} milliseconds"
+    window_ms = _ms(settings.job.window_seconds)
+    window = f"{window_ms} milliseconds"
     delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
-    late = F.col("late")
     counted = (
-        parsed.where(~F.col("malformed") & ~F.col("future"))
-        .withColumn("window_start_ms", _window_start_ms(settings))
-        .withColumn(
-            "carrier_time", F.when(late, F.col("late_before")).otherwise(F.col("event_time"))
-        )
-        .withWatermark("carrier_time", delay)
-        .groupBy(F.window("carrier_time", window), F.col("window_start_ms"), F.col("ip"), late)
-        .agg(F.sum(F.when(F.col("heartbeat"), 0).otherwise(1)).cast("long").alias("count"))
+        combined.where(F.col("kind").isin("counted", "heartbeat"))
+        .withWatermark("event_time", delay)
+        .groupBy(F.window("event_time", window), F.col("window_start"), F.col("ip"), F.col("late"))
+        .agg(F.sum("count").cast("long").alias("count"))
     )
-    start = F.col("window_start_ms")
+    start = F.unix_millis(F.col("window_start"))
     return counted.where(F.col("count") > 0).select(
-        F.timestamp_millis(start).alias("window_start"),
-        F.timestamp_millis(start + F.lit(_ms(settings.job.window_seconds))).alias("window_end"),
+        F.col("window_start"),
+        F.timestamp_millis(start + F.lit(window_ms)).alias("window_end"),
         F.col("ip"),
         F.col("count"),
-        late.alias("late"),
+        F.col("late"),
     )
 
 
-def _observe_quality(parsed: Any) -> Any:
+def _observe_quality(combined: Any) -> Any:
     from pyspark.sql import functions as F
 
-    real = ~F.col("heartbeat")
-    return parsed.observe(
+    kind, count = F.col("kind"), F.col("count")
+
+    def total(condition: Any) -> Any:
+        return F.coalesce(F.sum(F.when(condition, count)), F.lit(0))
+
+    return combined.observe(
         QUALITY_METRICS,
-        F.count(F.when(real, 1)).alias("records"),
-        F.count(F.when(F.col("malformed"), 1)).alias("malformed"),
-        F.count(F.when(F.col("future"), 1)).alias("future"),
-        F.count(F.when(F.col("late"), 1)).alias("late"),
-        F.count(F.when(F.col("heartbeat"), 1)).alias("heartbeats"),
+        total(kind != "heartbeat").alias("records"),
+        total(kind == "malformed").alias("malformed"),
+        total(kind == "future").alias("future"),
+        total((kind == "counted") & F.col("late")).alias("late"),
+        F.count(F.when(kind == "heartbeat", 1)).alias("heartbeats"),
     )
 
 
@@ -255,11 +234,10 @@ def start_job(
     opts = source_options(
         settings,
         close_all_windows=close_all_windows,
-        query_checkpoint=absolute_location(checkpoint) if corrections else "",
+        query_checkpoint=absolute_location(checkpoint),
     )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
-    parsed = _observe_quality(classify_late(_parse(source, settings), settings))
-    counts = build_counts(parsed, settings)
+    counts = build_counts(_observe_quality(source), settings)
     late_topic = settings.topics.late if corrections else None
     writer = (
         counts.writeStream.format("ipcount-kafka-txn")
@@ -294,11 +272,6 @@ def start_job(
     return queries
 
 
-def _parse(source: Any, settings: Settings) -> Any:
-    job = settings.job
-    return parse_access_records(source, job.max_record_bytes, _ms(job.max_future_skew_seconds))
-
-
 def _start_dead_letter(
     spark: Any, settings: Settings, checkpoint: str, available_now: bool, new_query: bool
 ) -> Any:
@@ -310,12 +283,10 @@ def _start_dead_letter(
     settings, run_id = check_sink_history(
         settings, query_id, checkpoint, settings.topics.dead_letter, new_query
     )
-    source = (
-        spark.readStream.format("ipcount-kafka")
-        .options(**source_options(settings, heartbeats=False))
-        .load()
+    opts = source_options(
+        settings, output="rejects", heartbeats=False, query_checkpoint=absolute_location(checkpoint)
     )
-    bad = _parse(source, settings).where(F.col("malformed") | F.col("future"))
+    bad = spark.readStream.format("ipcount-kafka").options(**opts).load()
     # A dead letter must be writable whatever the source held (a record near the broker's size
     # limit would fail the transaction on every replay): long ones are cut, their headers say
     # how long they were and where the whole record is.

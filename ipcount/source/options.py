@@ -32,6 +32,10 @@ _KNOWN = {
     "availablenowflush",
     "querycheckpoint",
     "maxbytesperbatch",
+    "output",
+    "windowms",
+    "maxrecordbytes",
+    "latecorrections",
 }
 # How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
 # $time_local of valid nginx combined-format lines (what the ipcount job counts).
@@ -39,6 +43,10 @@ EVENT_TIME_FORMATS = ("kafka-timestamp", "nginx-combined")
 # Where Trigger.AvailableNow leaves event time at the end: at the newest record ("data": the windows
 # the data closed are emitted, later runs lose nothing) or past every window ("all").
 FLUSH_MODES = ("data", "all")
+# What the read tasks hand to Spark: the raw records (Spark's Kafka source schema), partial counts
+# per (window, client, late) of the nginx combined-format lines they read (the combiner, see
+# source.combine), or only the records those counts leave out, with their reason (dead letters).
+OUTPUTS = ("records", "counts", "rejects")
 # Spark Kafka options this source does not implement: fail instead of silently ignoring them.
 _UNSUPPORTED = {
     "assign",
@@ -99,6 +107,13 @@ class SourceOptions:
     # A read task hands its records to Spark in Arrow batches of at most this many value bytes
     # (or BATCH_ROWS records, whichever comes first).
     max_bytes_per_batch: int = 16 * 1024 * 1024
+    output: str = "records"
+    # output=counts|rejects: the tumbling window length, and the longest record that can count.
+    window_ms: int = 5_000
+    max_record_bytes: int = 8192
+    # output=counts: records of already-emitted windows count as corrections (late=true); off,
+    # they are left to Spark, which drops them (numRowsDroppedByWatermark).
+    late_corrections: bool = True
 
     @property
     def heartbeats(self) -> bool:
@@ -187,6 +202,17 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         starting = parse_starting_offsets(opts.get("startingoffsets", "latest"), topics)
     except SourceError as exc:
         raise ConfigError(str(exc)) from None
+    output = _choice(opts, "output", "output", OUTPUTS)
+    event_format = _choice(opts, "eventtimeformat", "eventTimeFormat", EVENT_TIME_FORMATS)
+    skew = _int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0
+    if output != "records" and event_format != "nginx-combined":
+        raise ConfigError(f"option output={output} needs eventTimeFormat=nginx-combined")
+    if output != "records" and skew > 0:
+        if not opts.get("querycheckpoint", "").strip():
+            raise ConfigError(
+                f"option output={output} with maxFutureSkewMs needs option queryCheckpoint (the "
+                "query's checkpointLocation): a record's batch time comes from its offset log"
+            )
     return SourceOptions(
         topics=topics,
         starting_offsets=starting,
@@ -209,15 +235,26 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         heartbeat_interval_ms=_int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 1_000, 0)
         or 0,
         broker_quirks=quirks_named(opts.get("brokerquirks", "none")).name,
-        event_time_format=_choice(opts, "eventtimeformat", "eventTimeFormat", EVENT_TIME_FORMATS),
-        max_future_skew_ms=_int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0,
+        event_time_format=event_format,
+        max_future_skew_ms=skew,
         available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
         query_checkpoint=opts.get("querycheckpoint", "").strip(),
         max_bytes_per_batch=_int(
             opts, "maxbytesperbatch", "maxBytesPerBatch", 16 * 1024 * 1024, 1024
         )
         or 16 * 1024 * 1024,
+        output=output,
+        window_ms=_int(opts, "windowms", "windowMs", 5_000, 1) or 5_000,
+        max_record_bytes=_int(opts, "maxrecordbytes", "maxRecordBytes", 8192, 1) or 8192,
+        late_corrections=_bool(opts, "latecorrections", "lateCorrections", True),
     )
+
+
+def _bool(options: Mapping[str, str], key: str, name: str, default: bool) -> bool:
+    value = options.get(key, "true" if default else "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name}={options[key]!r} must be true or false")
+    return value == "true"
 
 
 def _choice(options: Mapping[str, str], key: str, name: str, allowed: tuple[str, ...]) -> str:

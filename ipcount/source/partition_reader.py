@@ -25,7 +25,7 @@ from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
 from ipcount.worker_gc import gc_paused
 
-__all__ = ["ARROW_SCHEMA", "read_range", "heartbeat_batch"]
+__all__ = ["ARROW_SCHEMA", "read_range", "read_messages", "records_batch", "heartbeat_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +73,10 @@ def heartbeat_batch(topic: str, ts_ms: int, late_before_ms: int | None = None) -
     )
 
 
-def _to_batch(
-    msgs: list[Message], topic: str, partition: int, late_before_ms: int | None
+def records_batch(
+    msgs: list[Message], topic: str, partition: int, late_before_ms: int | None = None
 ) -> pa.RecordBatch:
+    """Records of one partition as a batch of the source schema (output=records)."""
     n = len(msgs)
     # One (type, ms) pair per record; numpy converts the list of tuples in C.
     stamps = np.array([m.timestamp() for m in msgs], dtype=np.int64).reshape(n, 2)
@@ -108,6 +109,17 @@ def read_range(
     """Read offsets [rng.start, rng.end) of one partition as Arrow batches (executor side).
 
     Every row carries `late_before_ms` (the batch's watermark for late records; None: unknown).
+    See read_messages for how the range is read and what raises.
+    """
+    for msgs in read_messages(options, rng, batch_rows):
+        yield records_batch(msgs, rng.topic, rng.partition, late_before_ms)
+
+
+def read_messages(
+    options: SourceOptions, rng: OffsetRange, batch_rows: int = BATCH_ROWS
+) -> Iterator[list[Message]]:
+    """Read offsets [rng.start, rng.end) of one partition in chunks of at most `batch_rows`
+    records and options.max_bytes_per_batch value bytes (a larger record: a chunk alone).
 
     Reads until the consumer's position reaches rng.end: control records and aborted records
     occupy offsets but are never returned, so counting records would wait forever.
@@ -118,74 +130,56 @@ def read_range(
     """
     consumer = new_consumer(options.consumer_conf("executor"))
     try:
-        yield from _read(consumer, options, rng, batch_rows, late_before_ms)
+        state = _ReadState(rng.start)
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        while state.pos < rng.end:
+            # Message objects are GC-tracked: no collections while a batch of them is built.
+            with gc_paused():
+                chunks = _next_batch(consumer, options, rng, batch_rows, state)
+            yield from chunks
     finally:
         consumer.close()
-
-
-def _read(
-    consumer: Consumer,
-    options: SourceOptions,
-    rng: OffsetRange,
-    batch_rows: int,
-    late_before_ms: int | None,
-) -> Iterator[pa.RecordBatch]:
-    state = _ReadState(rng.start, late_before_ms)
-    consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
-    while state.pos < rng.end:
-        # Message objects are GC-tracked: no collections while a batch of them is built.
-        with gc_paused():
-            batches = _next_batch(consumer, options, rng, batch_rows, state)
-        yield from batches
 
 
 class _ReadState:
     """Where a range read stands: the next offset, and when it last moved."""
 
-    __slots__ = ("pos", "last_progress", "late_before_ms")
+    __slots__ = ("pos", "last_progress")
 
-    def __init__(self, pos: int, late_before_ms: int | None = None) -> None:
+    def __init__(self, pos: int) -> None:
         self.pos = pos
         self.last_progress = time.monotonic()
-        self.late_before_ms = late_before_ms
 
 
-def _chunks(
-    msgs: list[Message],
-    topic: str,
-    partition: int,
-    late_before_ms: int | None,
-    max_bytes: int,
-    total: int,
-) -> list[pa.RecordBatch]:
-    """Arrow batches of at most `max_bytes` value bytes each (a larger record: a batch alone);
+def _chunks(msgs: list[Message], max_bytes: int, total: int) -> list[list[Message]]:
+    """`msgs` in chunks of at most `max_bytes` value bytes each (a larger record: a chunk alone);
     `total`: the value bytes of `msgs`."""
     if not msgs:
         return []
     if total <= max_bytes:
-        return [_to_batch(msgs, topic, partition, late_before_ms)]
-    out: list[pa.RecordBatch] = []
+        return [msgs]
+    out: list[list[Message]] = []
     first, size = 0, 0
     for i, m in enumerate(msgs):
         n = len(m)  # the value's size
         if size + n > max_bytes and i > first:
-            out.append(_to_batch(msgs[first:i], topic, partition, late_before_ms))
+            out.append(msgs[first:i])
             first, size = i, 0
         size += n
     if first < len(msgs):
-        out.append(_to_batch(msgs[first:], topic, partition, late_before_ms))
+        out.append(msgs[first:])
     return out
 
 
 def _next_batch(
     consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int, st: _ReadState
-) -> list[pa.RecordBatch]:
+) -> list[list[Message]]:
     """Consume until `batch_rows` records or options.max_bytes_per_batch value bytes are pending,
-    or the range ends; return them as Arrow batches of at most that many bytes each (none when
-    the range ended empty). Bytes bound a batch's memory: 50,000 records of 900 KB are 45 GB.
+    or the range ends; return them in chunks of at most that many bytes each (none when the range
+    ended empty). Bytes bound a chunk's memory: 50,000 records of 900 KB are 45 GB.
 
     Raises:
-        SourceError: as read_range.
+        SourceError: as read_messages.
     """
     topic, partition, end = rng.topic, rng.partition, rng.end
     where = TopicPartition(topic, partition)
@@ -221,9 +215,7 @@ def _next_batch(
                 st.pos = max(st.pos, offset_of(msgs[-1]) + 1)
                 st.last_progress = time.monotonic()
             if len(pending) >= batch_rows or pending_bytes >= max_bytes:
-                return _chunks(
-                    pending, topic, partition, st.late_before_ms, max_bytes, pending_bytes
-                )
+                return _chunks(pending, max_bytes, pending_bytes)
         now_pos = consumer.position([where])[0].offset
         if now_pos > st.pos:
             st.pos = now_pos
@@ -233,7 +225,7 @@ def _next_batch(
                 f"no progress reading {topic}/{partition} for {options.poll_timeout_ms} ms "
                 f"(kafkaConsumer.pollTimeoutMs): at offset {st.pos}, reading up to {end}"
             )
-    return _chunks(pending, topic, partition, st.late_before_ms, max_bytes, pending_bytes)
+    return _chunks(pending, max_bytes, pending_bytes)
 
 
 def _handle_read_error(

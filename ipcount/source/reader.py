@@ -43,16 +43,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from ipcount.errors import SourceError
 from ipcount.source.offsets import (
@@ -66,45 +57,35 @@ from ipcount.source.offsets import (
     spread_limit,
 )
 from ipcount.source.options import SourceOptions, parse_options
+from ipcount.source.schema import SCHEMA, schema_for
 
 __all__ = ["SCHEMA", "KafkaDataSource", "KafkaStreamReader", "KafkaInputPartition"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-        StructField("heartbeat", BooleanType()),
-        StructField("late_before", TimestampType()),
-    ]
-)
-
 
 class KafkaInputPartition(InputPartition):
     """One Spark task: an offset range of one topic partition, and/or the batch's heartbeat;
-    `late_before_ms`: the batch's watermark for late records (None: unknown)."""
+    `late_before_ms`: the batch's watermark for late records (None: unknown); `batch_ms`: the
+    batch's time from the offset log (None: unknown), which bounds event times (future)."""
 
     def __init__(
         self,
         rng: OffsetRange | None,
         heartbeat_ms: int | None = None,
         late_before_ms: int | None = None,
+        batch_ms: int | None = None,
     ) -> None:
-        super().__init__((rng, heartbeat_ms, late_before_ms))
+        super().__init__((rng, heartbeat_ms, late_before_ms, batch_ms))
         self.range = rng
         self.heartbeat_ms = heartbeat_ms
         self.late_before_ms = late_before_ms
+        self.batch_ms = batch_ms
 
     def __repr__(self) -> str:
         return (
             f"KafkaInputPartition({self.range!r}, heartbeat_ms={self.heartbeat_ms}, "
-            f"late_before_ms={self.late_before_ms})"
+            f"late_before_ms={self.late_before_ms}, batch_ms={self.batch_ms})"
         )
 
 
@@ -116,15 +97,16 @@ class KafkaDataSource(DataSource):
         return "ipcount-kafka"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return schema_for(parse_options(self.options).output)
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
-        if schema != SCHEMA:
+        options = parse_options(self.options)
+        if schema != schema_for(options.output):
             raise SourceError(
-                "ipcount-kafka has a fixed schema; do not pass .schema(...) "
-                f"(got {schema.simpleString()})"
+                f"ipcount-kafka (output={options.output}) has a fixed schema; do not pass "
+                f".schema(...) (got {schema.simpleString()})"
             )
-        return KafkaStreamReader(parse_options(self.options))
+        return KafkaStreamReader(options)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -355,31 +337,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.min_partitions,
             self.options.max_records_per_partition,
         )
-        late_before = self._late_before_ms(end)
-        tasks = [KafkaInputPartition(rng, None, late_before) for rng in ranges]
+        late_before, batch_ms = self._batch_marks(end)
+        tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
             if tasks:
-                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts, late_before)
+                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts, late_before, batch_ms)
             else:
-                tasks = [KafkaInputPartition(None, hb.ts, late_before)]
+                tasks = [KafkaInputPartition(None, hb.ts, late_before, batch_ms)]
         return tasks
 
-    def _late_before_ms(self, end: dict) -> int | None:
-        """The watermark this batch's late records are judged by (see checkpoint.offset_log), or
-        None without option queryCheckpoint. Read from the offset log: a replay gets the same."""
+    def _batch_marks(self, end: dict) -> tuple[int | None, int | None]:
+        """(the watermark this batch's late records are judged by, the batch's time), both from
+        the offset log (see checkpoint.offset_log), or None without option queryCheckpoint. A
+        replayed batch reads the same entry, so it decides lateness and future the same."""
         if not self.options.query_checkpoint:
-            return None
+            return None, None
         from ipcount.checkpoint.offset_log import OffsetLog
 
         marks = OffsetLog(self.options.query_checkpoint).watermarks_for(end)
         logger.debug(
-            "batch %d: late before %d ms (watermark %d ms)",
+            "batch %d: late before %d ms (watermark %d ms), batch time %d ms",
             marks.batch_id,
             marks.late_before_ms,
             marks.watermark_ms,
+            marks.batch_timestamp_ms,
         )
-        return marks.late_before_ms
+        return marks.late_before_ms, marks.batch_timestamp_ms or None
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing is committed to Kafka.
@@ -393,12 +377,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executors ------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from ipcount.source.partition_reader import heartbeat_batch, read_range
         from ipcount.worker_gc import freeze_long_lived
 
         freeze_long_lived()
         if not isinstance(partition, KafkaInputPartition):
             raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
+        if self.options.output != "records":
+            from ipcount.source.combined_reader import read_task
+
+            yield from read_task(self.options, partition)
+            return
+        from ipcount.source.partition_reader import heartbeat_batch, read_range
+
         late_before = partition.late_before_ms
         if partition.heartbeat_ms is not None:
             topic = sorted(self.options.topics)[0]

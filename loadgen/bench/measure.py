@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not 
     from loadgen.bench.report import PhaseTotals, StageTotals
     from loadgen.bench.support import BenchEnv, JobRun
 
-__all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "spark_pairs"]
+__all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "fmt_num", "spark_pairs"]
 
 
 def synth_spec(
@@ -58,6 +58,21 @@ class RunFigures:
     def rate(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def sustained_rate(self) -> float | None:
+        """Events/s after the first data batch (None: fewer than two data batches)."""
+        s = self.job.sustained
+        return None if s is None else s.rate
+
+    @property
+    def launch_to_visible_s(self) -> float:
+        return self.job.launch_to_visible_s
+
+    @property
+    def jvm_cpu_per_1m(self) -> float | None:
+        """JVM CPU seconds (the job process's whole life) per 1,000,000 records."""
+        return self.job.memory.cpu_jvm * 1e6 / self.records if self.records > 0 else None
+
 
 def measure_run(
     env: BenchEnv,
@@ -92,10 +107,19 @@ def measure_run(
 
 
 def final_line(fig: RunFigures) -> str:
+    """`bench: records=N seconds=S events_per_s=R results=K exact=true|false
+    sustained_events_per_s=X launch_to_visible_s=Y` (X is `-` below two data batches)."""
     return (
         f"bench: records={fig.records} seconds={fig.seconds:.2f} events_per_s={fig.rate:.0f} "
-        f"results={fig.results} exact={'true' if fig.exact else 'false'}"
+        f"results={fig.results} exact={'true' if fig.exact else 'false'} "
+        f"sustained_events_per_s={fmt_num(fig.sustained_rate, 0)} "
+        f"launch_to_visible_s={fig.launch_to_visible_s:.1f}"
     )
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    """A figure with `digits` decimals, `-` when there is none."""
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def spark_pairs(items: list[str]) -> dict[str, str]:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "PhaseTotals",
     "StageTotals",
+    "Sustained",
     "batch_records",
+    "batch_end",
+    "sustained",
     "phase_totals",
     "stage_totals",
     "event_log_conf",
@@ -63,12 +67,77 @@ def _ms(d: dict[str, Any], key: str) -> float:
         return 0.0
 
 
-def batch_records(progress: dict[str, Any], rows: int | None = None) -> int:
-    """Access records in a batch (input rows minus heartbeats), from ipcount's observed metrics."""
+def _quality(progress: dict[str, Any]) -> dict[str, Any] | None:
     observed = (progress.get("observedMetrics") or {}).get("ipcount_quality")
-    if isinstance(observed, dict) and "records" in observed:
+    return observed if isinstance(observed, dict) and "records" in observed else None
+
+
+def batch_records(progress: dict[str, Any], rows: int | None = None) -> int:
+    """Access records in a batch (input rows minus heartbeats), from ipcount's observed metrics.
+
+    Without them (a query that does not observe them) the input rows count, except that a batch
+    of one row is taken for a heartbeat (AvailableNow's flush batches are one heartbeat each)."""
+    observed = _quality(progress)
+    if observed is not None:
         return int(observed.get("records") or 0)
-    return int(progress.get("numInputRows") or 0) if rows is None else rows
+    n = int(progress.get("numInputRows") or 0) if rows is None else rows
+    return n if n > 1 else 0
+
+
+def batch_end(event: dict[str, Any]) -> float | None:
+    """When a recorded progress event's batch ended (epoch s): Spark's own clock, the batch's
+    `timestamp` (trigger start) + triggerExecution (which ends after the sink's commit and the
+    commit log); the listener's `at` when those are missing (it lags by the event's delivery to
+    the Python listener, which varies with the driver's load)."""
+    progress = event.get("progress") or {}
+    trigger = (progress.get("durationMs") or {}).get("triggerExecution")
+    stamp = progress.get("timestamp")
+    if stamp and trigger is not None:
+        try:
+            return datetime.fromisoformat(str(stamp)).timestamp() + float(trigger) / 1000
+        except (TypeError, ValueError):
+            pass
+    at = event.get("at")
+    return None if at is None else float(at)
+
+
+@dataclass(frozen=True)
+class Sustained:
+    """Steady-state throughput: the data batches after the first, from the end of the first data
+    batch to the end of the last (the first one's Python worker start and JIT warm-up, and the
+    flush batches after the last records, are left out)."""
+
+    records: int
+    seconds: float
+    batches: int
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
+    """Sustained events/s from the job child's events (loadgen.bench.job: `progress` events
+    with `at` and Spark's progress JSON), or None with fewer than two data batches.
+
+    A data batch has access records (batch_records > 0: heartbeat-only batches are not). When
+    some batches carry ipcount's observed metrics, batches without them belong to another
+    query (the dead-letter query) and are left out. Batches are taken in batchId order."""
+    progress = [ev for ev in events if ev.get("event") == "progress" and ev.get("progress")]
+    if any(_quality(ev["progress"]) is not None for ev in progress):
+        progress = [ev for ev in progress if _quality(ev["progress"]) is not None]
+    data = [
+        (int(ev["progress"].get("batchId") or 0), end, records)
+        for ev in progress
+        if (records := batch_records(ev["progress"])) > 0 and (end := batch_end(ev)) is not None
+    ]
+    data.sort(key=lambda d: d[0])
+    if len(data) < 2:
+        return None
+    seconds = data[-1][1] - data[0][1]
+    if seconds <= 0:
+        return None
+    return Sustained(sum(d[2] for d in data[1:]), seconds, len(data) - 1)
 
 
 def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:

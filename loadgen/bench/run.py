@@ -3,9 +3,13 @@ exactness checked; `--latency` and `--scaling` run the other two benchmarks. Ben
 
 Throughput: pre-load N records (synth's generator, fixed historical event time), run the job with
 Trigger.AvailableNow in its own process until every window is committed, verify the sink against
-the ledger. The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true`,
-where S runs from the query's start on a ready SparkSession to its end (every window committed);
-loading and Spark start-up are excluded from S and reported on the lines before.
+the ledger. The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true
+sustained_events_per_s=X launch_to_visible_s=Y`, where S runs from the query's start on a ready
+SparkSession to its end (every window committed); loading and Spark start-up are excluded from S
+and reported on the lines before. X is the steady state: the records of the data batches after
+the first over the time from the first data batch's end to the last one's (`-` below two data
+batches; `--sustained` loads 5M records by default to have several); Y runs from the job
+process's launch to the run's end, every window visible to read_committed readers.
 """
 
 from __future__ import annotations
@@ -14,13 +18,25 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ipcount.errors import ConfigError
-from loadgen.bench.measure import RunFigures, final_line, measure_run, spark_pairs, synth_spec
+from loadgen.bench.measure import (
+    RunFigures,
+    final_line,
+    fmt_num,
+    measure_run,
+    spark_pairs,
+    synth_spec,
+)
 from loadgen.extras import require
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
     from ipcount.config import Settings
 
-__all__ = ["add_bench_parser", "report_lines", "run"]
+__all__ = ["add_bench_parser", "report_lines", "run", "validate"]
+
+THROUGHPUT_RECORDS = 1_000_000
+# --sustained: enough records for several data batches after the first at the default
+# job.max_offsets_per_trigger (500,000).
+SUSTAINED_RECORDS = 5_000_000
 
 
 def add_bench_parser(sub: Any) -> None:
@@ -31,7 +47,9 @@ def add_bench_parser(sub: Any) -> None:
         description="Pipeline benchmarks against a fresh local broker (or --bootstrap). Default: "
         "pre-load --records records, run the job with --available-now until every window is "
         "committed, verify exactness; the last line is 'bench: records=N seconds=S "
-        "events_per_s=R results=K exact=true' (S excludes loading and Spark start-up).",
+        "events_per_s=R results=K exact=true sustained_events_per_s=X launch_to_visible_s=Y' "
+        "(S excludes loading and Spark start-up; X leaves out the first data batch; Y runs from "
+        "the job process's launch until every window is committed).",
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
@@ -43,7 +61,15 @@ def add_bench_parser(sub: Any) -> None:
         help="events/s vs partitions, distinct IPs, maxOffsetsPerTrigger, shuffle partitions, "
         "state store; time per phase and peak memory, as a table",
     )  # fmt: skip
-    p.add_argument("--records", type=int, default=1_000_000, help="records (default 1,000,000)")
+    mode.add_argument(
+        "--sustained", action="store_true",
+        help="the throughput benchmark sized for a steady state: --records defaults to "
+        "5,000,000, so the last line's sustained_events_per_s= covers several data batches",
+    )  # fmt: skip
+    p.add_argument(
+        "--records", type=int,
+        help="records (default 1,000,000; 5,000,000 with --sustained)",
+    )  # fmt: skip
     p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
     p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
     p.add_argument("--skew", type=float, default=1.1, help="Zipf skew of IPs (default 1.1)")
@@ -98,12 +124,24 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
 
     job, ph, st = fig.job, fig.phases, fig.stages
     first = job.first_batch_s
+    steady = job.sustained
     lines = [
         f"bench: startup_s={job.startup_s:.1f} (process launch -> SparkSession ready) "
         f"first_batch_s={first if first is None else round(first, 1)} (query start -> first data "
         f"batch done, incl. Python workers' start) batches={ph.batches} data_batches="
         f"{ph.data_batches} in_batch_events_per_s={ph.batch_rate:.0f} "
         f"stop_s={job.exited - job.result['run_ended']:.1f}",
+        f"bench: sustained_events_per_s={fmt_num(None if steady is None else steady.rate, 0)} "
+        f"launch_to_visible_s={fig.launch_to_visible_s:.1f} startup_s={job.startup_s:.1f} "
+        f"first_batch_s={fmt_num(first)} jvm_cpu_s_per_1M={fmt_num(fig.jvm_cpu_per_1m)} ("
+        + (
+            f"sustained: {ph.data_batches} data batch(es), needs 2 (more --records or --sustained)"
+            if steady is None
+            else f"sustained: the {steady.batches} data batches after the first, "
+            f"{steady.records} records in {steady.seconds:.1f} s from its end to the last one's"
+        )
+        + "; launch_to_visible: job process launch -> every window committed, visible to "
+        "read_committed readers; jvm_cpu_s_per_1M: JVM CPU incl. start-up per 1M records)",
         f"bench: S_split_s query_init={_s(job.query_init_s)} (query start -> first batch "
         f"begins: preflight, Spark's Python data source processes, initial offsets) "
         f"batches={ph.trigger:.1f} (sum of triggerExecution) between_and_stop="
@@ -164,6 +202,9 @@ def _s(value: float | None) -> str:
 
 
 def validate(args: argparse.Namespace) -> None:
+    """Check the options; an omitted --records takes its mode's default."""
+    if args.records is None:
+        args.records = SUSTAINED_RECORDS if args.sustained else THROUGHPUT_RECORDS
     for name in ("records", "partitions", "ips", "timeout"):
         if getattr(args, name) <= 0:
             raise ConfigError(f"--{name} must be positive, got {getattr(args, name)}")

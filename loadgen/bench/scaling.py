@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ipcount.errors import ConfigError
-from loadgen.bench.measure import RunFigures, final_line, measure_run, spark_pairs, synth_spec
+from loadgen.bench.measure import (
+    RunFigures,
+    final_line,
+    fmt_num,
+    measure_run,
+    spark_pairs,
+    synth_spec,
+)
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
@@ -216,7 +223,8 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
 
 _COLUMNS = (
     ("cell", 18), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 7), ("shuf", 4), ("store", 7),
-    ("batch", 5), ("S", 6), ("ev/s", 7), ("results", 8), ("start", 5), ("first", 5),
+    ("batch", 5), ("S", 6), ("ev/s", 7), ("sust/s", 6), ("results", 8), ("start", 5),
+    ("first", 5), ("visible", 7),
     ("map", 5), ("reduce", 6), ("driver", 6), ("st.upd", 6), ("st.rm", 5), ("st.cmt", 6),
     ("mapCPU", 6), ("cpuJVM", 6), ("cpuPy", 5), ("cpuBrk", 6),
     ("jvmMB", 5), ("pyDrvMB", 7), ("pyWrkMB", 7), ("exact", 5),
@@ -236,8 +244,9 @@ def _row_values(row: _Row) -> list[str]:
     return [
         row.cell.name, str(row.shape[0]), str(row.shape[1]), f"{row.shape[2]:g}",
         str(mopt) if mopt else "all", str(s.spark.shuffle_partitions), s.spark.state_store,
-        str(ph.batches), f"{fig.seconds:.1f}", f"{fig.rate:.0f}", str(fig.results),
-        sec(fig.job.startup_s), sec(first),
+        str(ph.batches), f"{fig.seconds:.1f}", f"{fig.rate:.0f}",
+        fmt_num(fig.sustained_rate, 0), str(fig.results),
+        sec(fig.job.startup_s), sec(first), sec(fig.launch_to_visible_s),
         sec(st.wall.get("map") if st.found else None),
         sec(st.wall.get("reduce") if st.found else None), sec(driver),
         sec(ph.state_updates), sec(ph.state_removals), sec(ph.state_commit),
@@ -263,8 +272,10 @@ def format_table(rows: list[_Row]) -> list[str]:
     lines += [
         "",
         "S: query start -> every window committed (s; excludes loading and Spark start-up); "
-        "ev/s = records / S; start: process launch -> SparkSession ready; first: query start -> "
-        "first data batch done (includes Python workers' start);",
+        "ev/s = records / S; sust/s: records after the first data batch / its end -> the last "
+        "data batch's end (- below 2 data batches); start: process launch -> SparkSession ready; "
+        "first: query start -> first data batch done (includes Python workers' start); visible: "
+        "job process launch -> every window committed (visible to read_committed readers);",
         "map: wall of the stages that read the source, parse and pre-aggregate; reduce: state "
         "store + sink encode stages; driver: addBatch outside Spark jobs (source planning, "
         "the sink's Kafka transaction); st.*: state store update / removal / commit time (s);",
@@ -285,8 +296,11 @@ def _medians(rows: list[_Row]) -> list[str]:
     lines = ["", "medians over repeats:"]
     for name, figs in by_cell.items():
         secs = [f.seconds for f in figs]
+        steady = [r for f in figs if (r := f.sustained_rate) is not None]
         lines.append(
             f"  {name:<18} S={statistics.median(secs):.1f} (min {min(secs):.1f} max "
-            f"{max(secs):.1f}) ev/s={statistics.median(f.rate for f in figs):.0f} n={len(figs)}"
+            f"{max(secs):.1f}) ev/s={statistics.median(f.rate for f in figs):.0f} "
+            f"sust/s={fmt_num(statistics.median(steady) if steady else None, 0)} "
+            f"visible={statistics.median(f.launch_to_visible_s for f in figs):.1f} n={len(figs)}"
         )
     return lines

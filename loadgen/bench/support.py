@@ -30,7 +30,7 @@ from ipcount.local.kinds import configured_broker
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 from loadgen.bench.memory import MemoryPeaks, MemorySampler
-from loadgen.bench.report import batch_records
+from loadgen.bench.report import Sustained, batch_records, sustained
 from loadgen.generator import SynthSpec
 from loadgen.synth import SynthResult, run_synth
 
@@ -203,6 +203,18 @@ class JobRun:
             return None
         began = datetime.fromisoformat(str(self.progress[0]["timestamp"])).timestamp()
         return began - float(self.result["run_started"])
+
+    @property
+    def launch_to_visible_s(self) -> float:
+        """Job process launch (its interpreter's start) until the run ended: with AvailableNow,
+        every window committed, i.e. visible to read_committed readers."""
+        start = self.result.get("process_start", self.launched)
+        return float(self.result["run_ended"]) - float(start)
+
+    @property
+    def sustained(self) -> Sustained | None:
+        """Steady-state throughput, the first data batch excluded (None: < 2 data batches)."""
+        return sustained(self.result.get("events", []))
 
     @property
     def first_batch_s(self) -> float | None:

@@ -14,7 +14,8 @@ from loadgen.bench.scaling import parse_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = re.compile(
-    r"^bench: records=(\d+) seconds=(\d+\.\d+) events_per_s=(\d+) results=(\d+) exact=(true|false)$"
+    r"^bench: records=(\d+) seconds=(\d+\.\d+) events_per_s=(\d+) results=(\d+) exact=(true|false)"
+    r" sustained_events_per_s=(\d+|-) launch_to_visible_s=(\d+\.\d)$"
 )
 
 
@@ -32,11 +33,19 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     match = FINAL.match(out[-1])
     assert match, out[-1]
-    records, seconds, rate, results, exact = match.groups()
+    records, seconds, rate, results, exact, _sustained, visible = match.groups()
     assert (records, exact) == ("6000", "true")
     assert float(seconds) > 0 and int(rate) > 0 and int(results) > 0
+    # Launch -> visible holds the job's start-up and S.
+    assert float(visible) > float(seconds)
     text = "\n".join(out)
     assert re.search(r"^bench: startup_s=\d+\.\d .* first_batch_s=\d+\.\d", text, re.M), text
+    assert re.search(
+        r"^bench: sustained_events_per_s=(\d+|-) launch_to_visible_s=\d+\.\d startup_s=\d+\.\d "
+        r"first_batch_s=\d+\.\d jvm_cpu_s_per_1M=\d+\.\d ",
+        text,
+        re.M,
+    ), text
     assert re.search(r"^bench: phases_s latestOffset=.* addBatch=\d+\.\d", text, re.M), text
     assert re.search(
         r"^bench: addBatch_s=\S+ map_stages_s=\d+\.\d .* driver_after_jobs_s=\d", text, re.M
@@ -66,7 +75,10 @@ def test_bench_scaling_gives_each_cell_a_fresh_local_broker() -> None:
     # Same shape, loaded twice: once into each cell's broker.
     assert len(re.findall(r"^bench scaling: loaded 3000 records, 3 partitions", text, re.M)) == 2
     runs = re.findall(
-        r"^bench scaling: \[(\S+) #1\] bench: records=3000 .* exact=true$", text, re.M
+        r"^bench scaling: \[(\S+) #1\] bench: records=3000 .* exact=true "
+        r"sustained_events_per_s=\S+ launch_to_visible_s=\S+$",
+        text,
+        re.M,
     )
     assert runs == ["baseline", "shuffle=1"], text
     header = next(line for line in text.splitlines() if line.startswith("cell "))

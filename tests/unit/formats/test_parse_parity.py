@@ -1,26 +1,25 @@
-"""One parser truth: the JVM parse (the job) and the Python parse (ledger, source, loadgen) accept and
-reject exactly the same lines and extract the same client IP and event time, on generated hostile
-combined-format lines, all parsed in one Spark batch per example."""
+"""One parser truth: the vectorised parse the job's read tasks run (formats.arrow_parse, RE2 through
+Arrow) and the Python parse (ledger, driver, loadgen) accept and reject exactly the same lines and
+extract the same client IP and event time, on generated hostile combined-format lines; and the
+read task's rejects are exactly the lines the Python parser rejects."""
 
 from __future__ import annotations
 
 import ipaddress
-import time
-from datetime import UTC, datetime
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import pyarrow as pa
+
 from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
-from ipcount.job.parse import parse_access_records
-from ipcount.source.reader import SCHEMA
+from ipcount.formats.arrow_parse import OK, TOO_LONG, ChunkParser
 
 MAX_BYTES = 8192
-SKEW_MS = 300_000
 MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 
 # Characters that break naive parsers: brackets, quotes, escapes, spaces of every kind, line
-# terminators Java and Python disagree on, Unicode digits and letters.
+# terminators RE2 and Python disagree on, Unicode digits and letters.
 HOSTILE = st.sampled_from(
     list('[]"\\ -/:+.')
     + ["\\x22", '\\"', "\\\\", "\t", "\n", "\r", "\x0b", "\x1c", "\x85"]
@@ -120,38 +119,46 @@ def lines(draw: st.DrawFn) -> bytes:
     return raw
 
 
-def _python(line: bytes, now_ms: int) -> tuple[str, str | None, int | None]:
-    if len(line) > MAX_BYTES:
+def _python(line: bytes | None) -> tuple[str, str | None, int | None]:
+    if line is None:
         return "malformed", None, None
+    if len(line) > MAX_BYTES:
+        return "too long", None, None
     try:
         rec = parse_record(line)
     except ParseError:
         return "malformed", None, None
-    if rec.event_ms > now_ms + SKEW_MS:
-        return "future", None, None
     return "counted", rec.ip, rec.event_ms
 
 
-# At least 20 x 100 = 2,000 generated lines per run (the issue's floor), each example one batch.
+def _arrow(batch: list[bytes | None]) -> list[tuple[str, str | None, int | None]]:
+    parsed = ChunkParser(MAX_BYTES).parse(pa.array(batch, pa.binary()))
+    out = []
+    for verdict, ms, ip in zip(parsed.verdict, parsed.event_ms, parsed.ip_index, strict=True):
+        if verdict == OK:
+            out.append(("counted", parsed.ips[ip], int(ms)))
+        else:
+            out.append(("too long" if verdict == TOO_LONG else "malformed", None, None))
+    return out
+
+
+# 100 x 100-300 = at least 10,000 generated lines per run, each example one chunk.
 @settings(
-    max_examples=20,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
         HealthCheck.too_slow,
         HealthCheck.large_base_example,
         HealthCheck.data_too_large,
     ],
 )
-@given(batch=st.lists(lines(), min_size=100, max_size=200))
-def test_jvm_and_python_parsers_agree_on_hostile_lines(spark, batch: list[bytes]) -> None:  # type: ignore[no-untyped-def]
-    now = datetime.now(UTC)
-    rows = [(None, bytearray(line), "t", 0, i, now, 0, False, None) for i, line in enumerate(batch)]
-    df = spark.createDataFrame(rows, SCHEMA)  # the source's own schema
-    now_ms = int(time.time() * 1000)
-    out = {r["offset"]: r for r in parse_access_records(df, MAX_BYTES, SKEW_MS).collect()}
-    for i, line in enumerate(batch):
-        row = out[i]
-        jvm_kind = "malformed" if row["malformed"] else "future" if row["future"] else "counted"
-        jvm_ms = None if row["event_time"] is None else round(row["event_time"].timestamp() * 1000)
-        assert (jvm_kind, row["ip"], jvm_ms) == _python(line, now_ms), line[:300]
+@given(batch=st.lists(st.one_of(lines(), st.none()), min_size=100, max_size=300))
+def test_vectorised_and_python_parsers_agree_on_hostile_lines(batch: list[bytes | None]) -> None:
+    for line, got in zip(batch, _arrow(batch), strict=True):
+        assert got == _python(line), (line or b"")[:300]
+
+
+def test_a_chunk_with_one_non_utf8_line_rejects_only_that_line() -> None:
+    good = format_record("10.0.0.1", 1_700_000_000_000).encode()
+    got = _arrow([good, good + b"\xff", good])
+    assert [kind for kind, _, _ in got] == ["counted", "malformed", "counted"]

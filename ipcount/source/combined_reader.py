@@ -1,0 +1,68 @@
+"""Executor side of output=counts and output=rejects: a read task reads its offset range in chunks
+and hands Spark the combined counts, or the records those counts leave out (see source.combine)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from ipcount.formats.arrow_parse import ChunkParser
+from ipcount.source.combine import (
+    REJECTS_ARROW_SCHEMA,
+    BatchRules,
+    Combiner,
+    counts_heartbeat,
+    reject_reasons,
+)
+from ipcount.source.options import SourceOptions
+from ipcount.source.partition_reader import read_messages, records_batch
+
+__all__ = ["batch_rules", "read_task"]
+
+
+def batch_rules(
+    options: SourceOptions, late_before_ms: int | None, batch_ms: int | None
+) -> BatchRules:
+    """The rules a task judges its records by: the source's options plus its batch's offset-log
+    entry (late_before, batch time)."""
+    skew = options.max_future_skew_ms
+    return BatchRules(
+        window_ms=options.window_ms,
+        max_record_bytes=options.max_record_bytes,
+        max_future_skew_ms=skew,
+        future_after_ms=batch_ms + skew if skew > 0 and batch_ms is not None else None,
+        late_before_ms=late_before_ms,
+    )
+
+
+def read_task(options: SourceOptions, partition: object) -> Iterator[pa.RecordBatch]:
+    """The rows of one task (a reader.KafkaInputPartition) for options.output counts or rejects."""
+    rng = getattr(partition, "range", None)
+    heartbeat_ms = getattr(partition, "heartbeat_ms", None)
+    late_before = getattr(partition, "late_before_ms", None) if options.late_corrections else None
+    rules = batch_rules(options, late_before, getattr(partition, "batch_ms", None))
+    if options.output == "counts":
+        if heartbeat_ms is not None:
+            yield counts_heartbeat(heartbeat_ms)
+        if rng is not None:
+            combiner = Combiner(rules)
+            for msgs in read_messages(options, rng):
+                combiner.add(pa.array([m.value() for m in msgs], pa.binary()))
+            result = combiner.result()
+            if result.num_rows:
+                yield result
+        return
+    if rng is None:
+        return
+    parser = ChunkParser(rules.max_record_bytes)
+    for msgs in read_messages(options, rng):
+        parsed = parser.parse(pa.array([m.value() for m in msgs], pa.binary()))
+        index, reasons = reject_reasons(parsed, rules)
+        if not len(index):
+            continue
+        raw = records_batch([msgs[i] for i in index.tolist()], rng.topic, rng.partition)
+        columns = [raw.column(name) for name in REJECTS_ARROW_SCHEMA.names[:-1]]
+        yield pa.RecordBatch.from_arrays(
+            [*columns, pa.array(reasons, pa.string())], schema=REJECTS_ARROW_SCHEMA
+        )

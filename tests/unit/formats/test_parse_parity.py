@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import ipaddress
 
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pyarrow as pa
 
 from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
 from ipcount.formats.arrow_parse import OK, TOO_LONG, ChunkParser

@@ -80,8 +80,8 @@ class JobMetrics:
         )
         self.input_rate = Gauge(
             "ipcount_input_records_per_second",
-            "Input rows per second of the counting query's last micro-batch (Spark's "
-            "inputRowsPerSecond)",
+            "Source records per second of the counting query's last micro-batch (Spark's "
+            "inputRowsPerSecond scaled by records per row: the rows are partial counts)",
             registry=r,
         )
         self.lag = Gauge(

@@ -82,12 +82,16 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
             reported = True
             lag_by_partition.update(lag)
         ends.update(end_offsets(source))
+    rows = _num(progress.get("numInputRows"))
+    # The counting query's rows are partial counts (the read tasks combine records per window and
+    # IP): its rates are given in records, scaled from Spark's row rates by records per row.
+    scale = _num(observed.get("records")) / rows if observed and rows > 0 else 1.0
     return {
         "name": progress.get("name"),
         "batch": progress.get("batchId"),
-        "input_rows": int(_num(progress.get("numInputRows"))),
-        "input_rate": _num(progress.get("inputRowsPerSecond")),
-        "process_rate": _num(progress.get("processedRowsPerSecond")),
+        "input_rows": int(rows),
+        "input_rate": _rate(progress.get("inputRowsPerSecond"), scale),
+        "process_rate": _rate(progress.get("processedRowsPerSecond"), scale),
         "watermark": (progress.get("eventTime") or {}).get("watermark"),
         "records": int(_num(observed.get("records"))),
         "malformed": int(_num(observed.get("malformed"))),
@@ -108,6 +112,11 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
         "lag_by_partition": lag_by_partition,
         "end_offsets": ends,
     }
+
+
+def _rate(value: Any, scale: float) -> float:
+    rate = _num(value)
+    return rate * scale if rate >= 0 else rate
 
 
 def log_fields(summary: dict[str, Any]) -> dict[str, Any]:
@@ -135,15 +144,15 @@ class ProgressLogger(StreamingQueryListener):
         s = summarize_progress(progress)
         self.last = s
         self._log.info(
-            "%s batch %s: in=%d rows (%.0f/s in, %.0f/s processed) records=%d malformed=%d "
+            "%s batch %s: records=%d (%.0f/s in, %.0f/s processed) in=%d rows malformed=%d "
             "future=%d heartbeats=%d late=%d dropped=%d out=%d watermark=%s state=%d rows "
             "batch=%dms sink+agg=%dms lag=%s",
             s["name"],
             s["batch"],
-            s["input_rows"],
+            s["records"],
             s["input_rate"],
             s["process_rate"],
-            s["records"],
+            s["input_rows"],
             s["malformed"],
             s["future"],
             s["heartbeats"],

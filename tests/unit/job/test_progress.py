@@ -73,3 +73,16 @@ def test_json_log_lines_carry_the_progress_fields() -> None:
     assert "batch 7" in first["message"]
     assert second["message"] == "plain message" and second["level"] == "WARNING"
     assert "time" in second and "query" not in second
+
+
+def test_rates_are_in_records_when_the_rows_are_partial_counts() -> None:
+    # The counting query reads partial counts: 12 rows standing for 24,000 records.
+    progress = json.loads(json.dumps(PROGRESS))
+    progress.update(numInputRows=12, inputRowsPerSecond=6.0, processedRowsPerSecond=24.0)
+    progress["observedMetrics"]["ipcount_quality"]["records"] = 24_000
+    s = summarize_progress(progress)
+    assert (s["input_rate"], s["process_rate"]) == (12_000.0, 48_000.0)
+    # A query without the quality metrics (the dead-letter query) reads records: rows as they are.
+    del progress["observedMetrics"]
+    s = summarize_progress(progress)
+    assert (s["input_rate"], s["process_rate"]) == (6.0, 24.0)

@@ -128,15 +128,21 @@ def build_counts(combined: Any, settings: Settings) -> Any:
     window_ms = _ms(settings.job.window_seconds)
     window = f"{window_ms} milliseconds"
     delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
+    # The state's key is (window, window_start_ms, ip, late), as before the combiner existed:
+    # checkpoints written by earlier versions keep working.
     counted = (
         combined.where(F.col("kind").isin("counted", "heartbeat"))
+        .withColumn("window_start_ms", F.unix_millis(F.col("window_start")))
+        .withColumn("late", F.coalesce(F.col("late"), F.lit(False)))
         .withWatermark("event_time", delay)
-        .groupBy(F.window("event_time", window), F.col("window_start"), F.col("ip"), F.col("late"))
+        .groupBy(
+            F.window("event_time", window), F.col("window_start_ms"), F.col("ip"), F.col("late")
+        )
         .agg(F.sum("count").cast("long").alias("count"))
     )
-    start = F.unix_millis(F.col("window_start"))
+    start = F.col("window_start_ms")
     return counted.where(F.col("count") > 0).select(
-        F.col("window_start"),
+        F.timestamp_millis(start).alias("window_start"),
         F.timestamp_millis(start + F.lit(window_ms)).alias("window_end"),
         F.col("ip"),
         F.col("count"),

@@ -169,8 +169,6 @@ class SparkSettings:
     # 'rocksdb' or 'hdfs' (Spark's default in-memory/HDFS-backed provider).
     state_store: str = "rocksdb"
     driver_memory: str = "2g"
-    # Start Spark's Python workers in the background while the query starts (job.warmup).
-    warm_workers: bool = True
     conf: dict[str, str] = field(default_factory=dict)
 
 

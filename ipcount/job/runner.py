@@ -145,10 +145,6 @@ def _run(
     from ipcount.job.session import build_session
 
     session = spark if spark is not None else build_session(settings)
-    if settings.spark.warm_workers:
-        from ipcount.job.warmup import warm_python_workers
-
-        warm_python_workers(session)
     listeners: list[Any] = [ProgressLogger()]
     if observed is not None:
         listeners.append(observed.listener)

@@ -1,15 +1,17 @@
 """The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests).
 
-The regular expressions are written in the subset where java.util.regex and Python's `re` agree
-(explicit ASCII classes instead of \\S and \\d, which Python widens to Unicode; `[\\s\\S]` instead
-of `.`, whose line terminators differ; an absolute end `(?![\\s\\S])` instead of `$`, which both
-let match before a final newline), so the Spark job evaluates the very same patterns JVM-side
-(`regexp_extract`) that the Python parser uses here, and both accept the same lines. A property test
-(tests/integration/job/test_parse_parity.py) runs both over generated hostile lines.
+The line grammar is written once (`_line_pattern`) and spelled twice: `LINE_PATTERN` for Python's
+`re` (the ledger, the driver's heartbeat base, loadgen) and `LINE_PATTERN_RE2` for RE2, which the
+job's read tasks run through Arrow (`formats.arrow_parse`). It keeps to the subset where the two
+engines agree (explicit ASCII classes instead of \\S and \\d, which Python widens to Unicode;
+`[\\s\\S]` instead of `.`, whose line terminators differ; an absolute end instead of `$`, which
+Python also lets match before a final newline). IPs and times are decided by this module's
+functions in both paths. A property test (tests/unit/formats/test_parse_parity.py) runs both
+parsers over generated hostile lines.
 
 `$time_local` is strict: `dd/Mon/yyyy:HH:mm:ss +hhmm` exactly as nginx writes it (English month
 abbreviation with a capital, year 1000-9999, a real calendar date, 00-23 hours, no leap second, a
-zone offset within Java's ±18:00). Client IPs are canonical (`canonical_ip`).
+zone offset within ±18:00). Client IPs are canonical (`canonical_ip`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ __all__ = [
     "IPV4_PATTERN",
     "IPV6_PATTERN",
     "IP_PATTERN",
-    "TIME_FORMAT_SPARK",
     "TIME_PATTERN",
     "GROUP_IP",
     "GROUP_TIME",
@@ -42,11 +43,10 @@ __all__ = [
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
 # "$http_user_agent"
 # A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
-# escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, but
-# java.util.regex matches it ~2.5x faster (it recurses per character through an alternation), which
-# was most of the job's JVM parse time.
+# escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, matched
+# faster by backtracking engines (java.util.regex was ~2.5x faster with it).
 _QUOTED = r'"([^"\\]*(?:\\[\s\S][^"\\]*)*)"'
-# A run of characters that are neither ASCII whitespace (as Java's ASCII \S+ means it; Python's \S
+# A run of characters that are neither ASCII whitespace (RE2's and Java's \S; Python's \S
 # also excludes Unicode spaces) nor `"`: $remote_addr and the `-` before $remote_user.
 _FIELD = r'[^ "\t\n\x0B\f\r]+'
 # $remote_user: whatever the client sent as its Basic-auth user name, spaces, `[`, `]` and
@@ -101,11 +101,9 @@ IPV6_PATTERN = (
 )
 IP_PATTERN = rf"^(?:{IPV4_PATTERN}|{IPV6_PATTERN})$"
 
-# Spark (java.time) pattern for $time_local, e.g. 22/Nov/2026:09:57:08 +0000.
-TIME_FORMAT_SPARK = "dd/MMM/yyyy:HH:mm:ss Z"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MONTH_NUMBER = {name: i + 1 for i, name in enumerate(_MONTHS)}
-# java.time.ZoneOffset's range, which Spark's parser enforces.
+# The zone offsets nginx and java.time accept (±18:00).
 _MAX_OFFSET_MINUTES = 18 * 60
 
 _LINE_RE = re.compile(LINE_PATTERN)

@@ -1,29 +1,40 @@
 """Kafka streaming source: `spark.readStream.format("ipcount-kafka")`; driver plans, executors read.
 
-Schema, like Spark's Kafka source plus two columns: key binary, value binary, topic string,
-partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime, 1 LogAppendTime),
-heartbeat boolean, late_before timestamp. A heartbeat row (heartbeat=true; key/value null;
-partition, offset and timestampType -1) carries only an event time in `timestamp`, so a watermark
-can advance when input stops. With idleTimeoutMs > 0, once the source is caught up and no record
-arrived for idleTimeoutMs, each trigger may end its batch with one heartbeat at (newest trusted
-event time + idle wall-clock time), at most heartbeatMaxAdvanceMs past that event time and at least
-heartbeatIntervalMs after the previous heartbeat. The newest trusted event time comes from the last
-records read (eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx lines),
-never more than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with two
-flush heartbeats (the first rides on the batch that reads the last records, the second is a batch of
-its own): availableNowFlush=data puts them at that newest event time, so Spark emits the windows the
-data closed and the checkpoint's watermark stays where the data put it; =all puts them at the cap,
-closing every window (later records of those windows are then late). Real records stop heartbeats.
-Heartbeats live in the offset: a replayed batch yields the same rows. With option queryCheckpoint
-(the reading query's checkpointLocation), every row's late_before is the watermark Spark judges this
-batch's late rows by (the previous batch's, from the offset log; see checkpoint.offset_log); without
-it, null.
+Option `output` chooses what the read tasks hand Spark (schemas in source.schema):
+- `records` (default): the raw records, described below;
+- `counts`: the combiner (source.combine): the tasks parse the nginx combined-format lines they read
+  and pre-aggregate them, one row per (window, client IP, late) with its count and newest event
+  time, plus per-task tallies of malformed and future records; heartbeats as rows of their own;
+- `rejects`: only the records `counts` leaves out (malformed, future), raw, with their reason.
+`counts` and `rejects` take windowMs, maxRecordBytes, maxFutureSkewMs (judged against the batch's
+time from the queryCheckpoint's offset log, so it is required with a skew bound) and
+lateCorrections (default true: records of windows ending by the batch's late_before are late).
+
+output=records schema, like Spark's Kafka source plus two columns: key binary, value binary, topic
+string, partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime, 1
+LogAppendTime), heartbeat boolean, late_before timestamp. A heartbeat row (heartbeat=true; key/value
+null; partition, offset and timestampType -1) carries only an event time in `timestamp`, so a
+watermark can advance when input stops. With idleTimeoutMs > 0, once the source is caught up and no
+record arrived for idleTimeoutMs, each trigger may end its batch with one heartbeat at (newest
+trusted event time + idle wall-clock time), at most heartbeatMaxAdvanceMs past that event time and
+at least heartbeatIntervalMs after the previous heartbeat. The newest trusted event time comes from
+the last records read (eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx
+lines), never more than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with
+two flush heartbeats (the first rides on the batch that reads the last records, the second is a
+batch of its own): availableNowFlush=data puts them at that newest event time, so Spark emits the
+windows the data closed and the checkpoint's watermark stays where the data put it; =all puts them
+at the cap, closing every window (later records of those windows are then late). Real records stop
+heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows. With option
+queryCheckpoint (the reading query's checkpointLocation), every row's late_before is the watermark
+Spark judges this batch's late rows by (the previous batch's, from the offset log; see
+checkpoint.offset_log); without it, null.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
 maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
 kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
 heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs (0 =
-no bound), availableNowFlush (data | all), queryCheckpoint, brokerQuirks (none | noida-db), and
+no bound), availableNowFlush (data | all), queryCheckpoint, brokerQuirks (none | noida-db), output
+(records | counts | rejects), windowMs, maxRecordBytes, lateCorrections, and
 kafka.* passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
 read_committed). Lag per partition is reported through reportLatestOffset (the Python API has no
 source-metrics hook).

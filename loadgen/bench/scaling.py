@@ -279,10 +279,11 @@ def format_table(rows: list[_Row]) -> list[str]:
         "map: wall of the stages that read the source, parse and pre-aggregate; reduce: state "
         "store + sink encode stages; driver: addBatch outside Spark jobs (source planning, "
         "the sink's Kafka transaction); st.*: state store update / removal / commit time (s);",
-        "mapCPU: JVM CPU of the map stages' tasks (parse + partial aggregation, not the Python "
-        "read); cpuJVM / cpuPy: CPU seconds of the job's JVM / all its Python processes over the "
-        "whole run (start-up included): robust to other load, unlike wall times; cpuBrk: CPU "
-        "seconds of the local noida-db broker meanwhile, taken from the same cores;",
+        "mapCPU: JVM CPU of the map stages' tasks (partial aggregation of the combined rows, not "
+        "the Python read, parse and combine); cpuJVM / cpuPy: CPU seconds of the job's JVM / all "
+        "its Python processes over the whole run (start-up included): robust to other load, "
+        "unlike wall times; cpuBrk: CPU seconds of the local noida-db broker meanwhile, taken "
+        "from the same cores;",
         "MB: peak RSS of the driver JVM (local mode: executors too), the Python driver, and all "
         "Python workers together (forked workers share pages: an upper bound).",
     ]

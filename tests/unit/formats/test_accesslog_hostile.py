@@ -1,5 +1,5 @@
-"""The Python parser on hostile lines: the rules it shares with the JVM parse (see
-tests/integration/job/test_parse_parity.py), spelled out case by case."""
+"""The Python parser on hostile lines: the rules it shares with the read tasks' vectorised parse
+(see tests/unit/formats/test_parse_parity.py), spelled out case by case."""
 
 from __future__ import annotations
 

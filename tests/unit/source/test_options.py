@@ -137,3 +137,39 @@ def test_user_schema_is_refused() -> None:
 
     with pytest.raises(SourceError, match="fixed schema"):
         KafkaDataSource({**BASE}).streamReader(StructType([StructField("value", StringType())]))
+
+
+COUNTS = {**BASE, "eventTimeFormat": "nginx-combined", "output": "counts"}
+
+
+def test_the_combiner_outputs_have_their_own_schemas_matching_their_arrow_batches() -> None:
+    from ipcount.source.combine import COUNTS_ARROW_SCHEMA, REJECTS_ARROW_SCHEMA, counts_heartbeat
+    from ipcount.source.schema import COUNTS_SCHEMA, REJECTS_SCHEMA
+
+    assert KafkaDataSource({**COUNTS}).schema() == COUNTS_SCHEMA
+    assert KafkaDataSource({**COUNTS, "output": "rejects"}).schema() == REJECTS_SCHEMA
+    assert COUNTS_ARROW_SCHEMA.equals(to_arrow_schema(COUNTS_SCHEMA, timezone="UTC"))
+    assert REJECTS_ARROW_SCHEMA.equals(to_arrow_schema(REJECTS_SCHEMA, timezone="UTC"))
+    assert counts_heartbeat(1_700_000_000_000).schema.equals(COUNTS_ARROW_SCHEMA)
+    opts = parse_options({**COUNTS, "windowMs": "10000", "maxRecordBytes": "100"})
+    assert (opts.output, opts.window_ms, opts.max_record_bytes) == ("counts", 10_000, 100)
+    assert opts.late_corrections is True
+    assert parse_options({**COUNTS, "lateCorrections": "false"}).late_corrections is False
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"output": "lines"}, "output='lines' must be one of records, counts, rejects"),
+        ({"eventTimeFormat": "kafka-timestamp"}, "needs eventTimeFormat=nginx-combined"),
+        ({"maxFutureSkewMs": "300000"}, "needs option queryCheckpoint"),
+        ({"lateCorrections": "maybe"}, "lateCorrections='maybe' must be true or false"),
+        ({"windowMs": "0"}, "windowMs=0 must be >= 1"),
+    ],
+)
+def test_bad_combiner_options_name_the_option(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_options({**COUNTS, **extra})
+    # With the reading query's checkpoint, a skew bound is fine: the batch time comes from it.
+    if "maxFutureSkewMs" in extra:
+        parse_options({**COUNTS, **extra, "queryCheckpoint": "/tmp/ckpt"})

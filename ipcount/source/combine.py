@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ipcount.formats.arrow_parse import OK, ChunkParser, ParsedChunk, malformed_reason
+from ipcount.source.partition_reader import ARROW_SCHEMA
 
 __all__ = [
     "COUNTS_ARROW_SCHEMA",
@@ -61,17 +62,8 @@ COUNTS_ARROW_SCHEMA = pa.schema(
         pa.field("late", pa.bool_()),
     ]
 )
-REJECTS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", _TS),
-        pa.field("reason", pa.string()),
-    ]
-)
+# The first six columns of the raw source schema, then the reason.
+REJECTS_ARROW_SCHEMA = pa.schema([*list(ARROW_SCHEMA)[:6], pa.field("reason", pa.string())])
 
 
 @dataclass(frozen=True)

@@ -41,18 +41,9 @@ COUNTS_SCHEMA = StructType(
         StructField("late", BooleanType()),
     ]
 )
-# output=rejects: the records a count leaves out, raw, with the reason.
-REJECTS_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("reason", StringType()),
-    ]
-)
+# output=rejects: the records a count leaves out, raw (the first six columns of SCHEMA), with the
+# reason.
+REJECTS_SCHEMA = StructType([*SCHEMA.fields[:6], StructField("reason", StringType())])
 
 
 def schema_for(output: str) -> StructType:

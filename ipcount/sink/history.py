@@ -280,21 +280,33 @@ def check_replay(
         return
     committed = int(marker["batchId"])
     if batch_id < committed:
-        raise _older(checkpoint, topic, marker, batch_id)
+        raise _older(checkpoint, topic, marker, batch_id, running=True)
     theirs = marker.get("sourceEnd")
     if source_end is not None and theirs is not None and not _same_content(source_end, theirs):
         raise _different(checkpoint, topic, marker, batch_id, source_end)
 
 
 def _older(
-    checkpoint: str, topic: str, marker: Mapping[str, Any], spark_batch: int | None
+    checkpoint: str,
+    topic: str,
+    marker: Mapping[str, Any],
+    spark_batch: int | None,
+    running: bool = False,
 ) -> SinkHistoryError:
+    """`running`: found while the query runs (a commit), where a second process writing the same
+    checkpoint is the likelier cause than a restored older checkpoint."""
     at = "has planned no batch" if spark_batch is None else f"is at batch {spark_batch}"
+    twin = (
+        "If another process runs this query on the same checkpoint, stop one of them: this one "
+        "stops here and writes nothing. Otherwise restore"
+        if running
+        else "Restore"
+    )
     return SinkHistoryError(
         f"the checkpoint {checkpoint} is older than the sink's history: Spark {at}, but "
         f"{topic!r} already holds this query's batch {marker['batchId']} (source offsets "
         f"{_offsets(marker.get('sourceEnd'))}, committed {_when(marker)}). Replaying would skip "
-        "batches whose content differs from what was committed. Restore the newest checkpoint "
+        f"batches whose content differs from what was committed. {twin} the newest checkpoint "
         "of this query, or start a new query on a new checkpoint with `--new-query`"
     )
 

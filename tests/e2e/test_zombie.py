@@ -58,12 +58,16 @@ def _wait(what: str, cond, timeout: float, poll: float = 0.5) -> None:  # type: 
 
 
 def _why_stopped(job: JobProcess) -> str:
-    """'fenced' (the sink's FatalKafkaError) or 'spark-log' (Spark's concurrent-update check)."""
+    """'fenced' (the sink's FatalKafkaError), 'sink-history' (its commit found a newer batch of
+    this query already in the sink: the other process got ahead) or 'spark-log' (Spark's
+    concurrent-update check)."""
     text = job.log_text()
     assert not job.alive and job.returncode not in (0, None), f"{job.name}: {text[-3000:]}"
     if job.fenced():
         assert "FatalKafkaError" in text, text[-3000:]
         return "fenced"
+    if "SinkHistoryError" in text and "If another process runs this query" in text:
+        return "sink-history"
     assert SPARK_CONCURRENT in text, f"{job.name} stopped for another reason: {text[-3000:]}"
     return "spark-log"
 

@@ -11,6 +11,7 @@ the per-line work (UTF-8 check, length, regex) is Arrow's C++.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ __all__ = [
     "TOO_LONG",
     "NOT_COMBINED",
     "ParsedChunk",
-    "parse_chunk",
+    "ChunkParser",
     "malformed_reason",
 ]
 
@@ -75,7 +76,7 @@ def _as_strings(values: pa.Array, candidate: np.ndarray) -> pa.Array:
 
 
 def _distinct(
-    column: pa.Array, decide: dict[str, int], compute: object
+    column: pa.Array, decide: dict[str, int], compute: Callable[[str], int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, valid mask): `column`'s distinct values decided once each by `compute`
     (text -> int code, or -1: invalid), remembered in `decide` across chunks."""
@@ -87,7 +88,7 @@ def _distinct(
     for i, word in enumerate(words):
         code = decide.get(word)
         if code is None:
-            code = compute(word)  # type: ignore[operator]
+            code = compute(word)
             decide[word] = code
         codes[i] = code
     index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
@@ -147,8 +148,3 @@ class ChunkParser:
             ip_index=np.where(ok, ip_code, -1).astype(np.int32),
             ips=self.ips,
         )
-
-
-def parse_chunk(values: pa.Array, max_record_bytes: int) -> ParsedChunk:
-    """Parse one chunk with a fresh parser (see ChunkParser)."""
-    return ChunkParser(max_record_bytes).parse(values)

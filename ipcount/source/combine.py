@@ -170,7 +170,7 @@ class Combiner:
                 )
             )
         tallies = [(KIND_MALFORMED, self.malformed), (KIND_FUTURE, self.future)]
-        batches.extend(_tally(kind, n) for kind, n in tallies if n)
+        batches.extend(_single_row(kind, n) for kind, n in tallies if n)
         if not batches:
             return pa.RecordBatch.from_pylist([], schema=COUNTS_ARROW_SCHEMA)
         table = pa.Table.from_batches(batches, schema=COUNTS_ARROW_SCHEMA).combine_chunks()
@@ -192,14 +192,15 @@ def _group(table: pa.Table) -> pa.Table:
     )
 
 
-def _tally(kind: str, n: int) -> pa.RecordBatch:
+def _single_row(kind: str, count: int, event_ms: int | None = None) -> pa.RecordBatch:
+    """A row that counts for no window: a task's tally of one kind, or a heartbeat."""
     return pa.RecordBatch.from_arrays(
         [
             pa.array([kind]),
             pa.nulls(1, _TS),
             pa.nulls(1, pa.string()),
-            pa.array([n], pa.int64()),
-            pa.nulls(1, _TS),
+            pa.array([count], pa.int64()),
+            _timestamps([event_ms]),
             pa.array([False]),
         ],
         schema=COUNTS_ARROW_SCHEMA,
@@ -208,17 +209,7 @@ def _tally(kind: str, n: int) -> pa.RecordBatch:
 
 def counts_heartbeat(ts_ms: int) -> pa.RecordBatch:
     """The heartbeat row of output=counts: no count, only an event time for the watermark."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([KIND_HEARTBEAT]),
-            pa.nulls(1, _TS),
-            pa.nulls(1, pa.string()),
-            pa.array([0], pa.int64()),
-            _timestamps([ts_ms]),
-            pa.array([False]),
-        ],
-        schema=COUNTS_ARROW_SCHEMA,
-    )
+    return _single_row(KIND_HEARTBEAT, 0, ts_ms)
 
 
 def reject_reasons(parsed: ParsedChunk, rules: BatchRules) -> tuple[np.ndarray, list[str]]:

@@ -15,6 +15,7 @@ from ipcount.source.combine import (
     counts_heartbeat,
     reject_reasons,
 )
+from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
 from ipcount.source.partition_reader import read_messages, records_batch
 
@@ -36,12 +37,17 @@ def batch_rules(
     )
 
 
-def read_task(options: SourceOptions, partition: object) -> Iterator[pa.RecordBatch]:
-    """The rows of one task (a reader.KafkaInputPartition) for options.output counts or rejects."""
-    rng = getattr(partition, "range", None)
-    heartbeat_ms = getattr(partition, "heartbeat_ms", None)
-    late_before = getattr(partition, "late_before_ms", None) if options.late_corrections else None
-    rules = batch_rules(options, late_before, getattr(partition, "batch_ms", None))
+def read_task(
+    options: SourceOptions,
+    rng: OffsetRange | None,
+    heartbeat_ms: int | None,
+    late_before_ms: int | None,
+    batch_ms: int | None,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one task (a reader.KafkaInputPartition's fields) for options.output counts or
+    rejects."""
+    late_before = late_before_ms if options.late_corrections else None
+    rules = batch_rules(options, late_before, batch_ms)
     if options.output == "counts":
         if heartbeat_ms is not None:
             yield counts_heartbeat(heartbeat_ms)

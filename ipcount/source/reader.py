@@ -396,7 +396,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.output != "records":
             from ipcount.source.combined_reader import read_task
 
-            yield from read_task(self.options, partition)
+            yield from read_task(
+                self.options,
+                partition.range,
+                partition.heartbeat_ms,
+                partition.late_before_ms,
+                partition.batch_ms,
+            )
             return
         from ipcount.source.partition_reader import heartbeat_batch, read_range
 

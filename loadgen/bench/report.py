@@ -43,6 +43,7 @@ class PhaseTotals:
     batches: int = 0
     data_batches: int = 0
     input_rows: int = 0
+    records: int = 0
     trigger: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
     state_updates: float = 0.0
@@ -55,9 +56,10 @@ class PhaseTotals:
 
     @property
     def batch_rate(self) -> float:
-        """Input rows per second of the time of batches with records (excludes the time between
-        batches and the flush batches)."""
-        return self.input_rows / self.data_trigger if self.data_trigger > 0 else 0.0
+        """Access records per second of the time of batches with records (excludes the time
+        between batches and the flush batches). Records, not input rows: the counting query's
+        rows are partial counts."""
+        return self.records / self.data_trigger if self.data_trigger > 0 else 0.0
 
 
 def _ms(d: dict[str, Any], key: str) -> float:
@@ -150,7 +152,9 @@ def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:
         trigger = _ms(durations, "triggerExecution")
         t.trigger += trigger
         t.input_rows += rows
-        if batch_records(p, rows):
+        records = batch_records(p, rows)
+        t.records += records
+        if records:
             t.data_batches += 1
             t.data_trigger += trigger
         for phase in _PHASES:

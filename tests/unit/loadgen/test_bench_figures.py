@@ -274,3 +274,20 @@ def test_scaling_medians_over_repeats_include_sustained_and_launch_to_visible() 
     assert " sust/s=33333 visible=85.0 n=2" in base, base
     shuffle = next(line for line in lines if line.strip().startswith("shuffle=1 "))
     assert " sust/s=- visible=85.0 n=1" in shuffle, shuffle
+
+
+def test_in_batch_rate_counts_records_not_the_combined_rows() -> None:
+    # Two data batches of 12 rows each, standing for 6,000 records, 2 s of batches in all; and a
+    # heartbeat-only flush batch, which is left out.
+    def batch(batch_id: int, rows: int, records: int) -> dict:
+        return {
+            "batchId": batch_id,
+            "numInputRows": rows,
+            "durationMs": {"triggerExecution": 1000},
+            "observedMetrics": {"ipcount_quality": {"records": records}},
+            "stateOperators": [],
+        }
+
+    totals = phase_totals([batch(0, 12, 6000), batch(1, 12, 6000), batch(2, 1, 0)])
+    assert totals.data_batches == 2
+    assert totals.batch_rate == 6000.0

@@ -1,5 +1,6 @@
 """The sink's transactional producer (driver side): one Kafka transaction per micro-batch with
-its records and a progress marker {queryId, batchId}; idempotent replay; classified Kafka errors."""
+its records and a progress marker {queryId, batchId, watermarkMs, ...}; idempotent replay;
+classified Kafka errors."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ class TxnSession:
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)
             return CommitOutcome("empty", batch_id, 0, time.monotonic() - started)
-        source_end = self._source_end(batch_id)
+        source_end, watermark_ms = self._source_end(batch_id)
         if self.last_committed is not None and batch_id <= self.last_committed:
             # With a checkpoint to compare with (every Spark job), only the very batch that was
             # committed, over the same offsets, may be skipped.
@@ -212,6 +213,10 @@ class TxnSession:
                 "transactionalId": self.config.transactional_id,
                 "committedAtMs": int(time.time() * 1000),
             }
+            if watermark_ms is not None:
+                # This batch's watermark: every window ending at or before it is emitted by now,
+                # so `ipcount verify` tells windows still open from lost ones.
+                marker["watermarkMs"] = watermark_ms
             position: list[int] = []
 
             def _where(err: Any, msg: Any) -> None:
@@ -256,15 +261,23 @@ class TxnSession:
         )
         return CommitOutcome("committed", batch_id, count + late, seconds)
 
-    def _source_end(self, batch_id: int) -> Any:
-        """This batch's source end offset from the checkpoint's offset log (None: unknown)."""
+    def _source_end(self, batch_id: int) -> tuple[Any, int | None]:
+        """This batch's source end offset and watermark (batchWatermarkMs) from the checkpoint's
+        offset log (None: unknown)."""
         if not self.config.checkpoint:
-            return None
+            return None, None
         try:
-            return OffsetLog(self.config.checkpoint).source_end(batch_id)
+            log = OffsetLog(self.config.checkpoint)
+            if batch_id not in log.batch_ids():
+                return None, None
+            meta, offsets = log.entry(batch_id)
         except Exception as exc:  # the marker is still written, without what the batch consumed
             logger.warning("batch %d: source offsets unknown (%s)", batch_id, exc)
-            return None
+            return None, None
+        mark = meta.get("batchWatermarkMs")
+        return (offsets[0] if len(offsets) == 1 else offsets), (
+            int(mark) if isinstance(mark, int) else None
+        )
 
     def _receipt(self, batch_id: int, records: int, source_end: Any) -> None:
         """Record in the checkpoint that the broker acknowledged this batch's commit."""

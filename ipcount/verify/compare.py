@@ -1,6 +1,6 @@
 """Exactness check: compare the sink's results (and the late-count corrections) with the
-ground-truth Ledger (duplicates, missing, wrong counts). Runs in the `ipcount verify` process
-(driver/CLI side)."""
+ground-truth Ledger (duplicates, missing, wrong counts; windows the job still keeps open are open,
+not missing). Runs in the `ipcount verify` process (driver/CLI side)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ipcount.errors import DecodeError
 from ipcount.formats.avro import IpCount, make_codec
 from ipcount.kafka.consume import SinkRecord, TopicReader
 from ipcount.verify.ledger import Ledger
+from ipcount.verify.watermark import SinkWatermark
 
 __all__ = ["VerifyReport", "compare", "read_results", "verify_sink"]
 
@@ -28,6 +29,8 @@ class VerifyReport:
     # Sink records read (every copy); results: distinct (window, ip) keys among them.
     records: int = 0
     results: int = 0
+    # Ledger keys without a result whose window ends after the sink's watermark (not yet emitted).
+    open: int = 0
     missing: int = 0
     duplicates: int = 0
     wrong: int = 0
@@ -39,11 +42,25 @@ class VerifyReport:
     isolation: str = "read_committed"
     examples: list[str] = field(default_factory=list)
     total_examples: int = 0
+    # The watermark open windows were judged by (None: unknown, every absent result is missing).
+    watermark: SinkWatermark | None = None
 
     @property
     def exact(self) -> bool:
-        """True when nothing is missing, duplicated or wrong."""
+        """True when nothing is missing, duplicated or wrong (open windows are not yet due)."""
         return self.missing == 0 and self.duplicates == 0 and self.wrong == 0
+
+    def open_hint(self) -> str | None:
+        """One line on the open windows and how to close them (None: there are none)."""
+        if self.open == 0 or self.watermark is None:
+            return None
+        return (
+            f"open: {self.open} (window, ip) results are not emitted yet: their windows end "
+            f"after the sink's watermark {self.watermark}, so the job still holds them. If the "
+            "input is finished, `ipcount run --available-now --close-all-windows` emits them; a "
+            "live job emits them once newer records (or, when input stops, its idle heartbeats) "
+            "move the watermark past them"
+        )
 
     def note(self, text: str) -> None:
         self.total_examples += 1
@@ -51,7 +68,8 @@ class VerifyReport:
             self.examples.append(text)
 
     def summary(self) -> str:
-        """One line ending with 'results=N missing=M duplicates=D wrong=W exact=true|false'."""
+        """One line ending with 'open=O results=N missing=M duplicates=D wrong=W
+        exact=true|false'."""
         late = (
             f"corrections={self.corrections} corrected={self.corrected} "
             if self.corrections is not None
@@ -60,7 +78,8 @@ class VerifyReport:
         return (
             f"isolation={self.isolation} records={self.records} expected={self.expected} "
             f"late_windows={self.late_windows} late_emitted={self.late_emitted} {late}"
-            f"results={self.results} missing={self.missing} duplicates={self.duplicates} "
+            f"open={self.open} results={self.results} missing={self.missing} "
+            f"duplicates={self.duplicates} "
             f"wrong={self.wrong} exact={'true' if self.exact else 'false'}"
         )
 
@@ -69,11 +88,21 @@ def _fmt(key: tuple[int, str]) -> str:
     return f"window_start={key[0]} ip={key[1]}"
 
 
+def _absent(report: VerifyReport, key: tuple[int, str], expected: int, window_ms: int) -> None:
+    """A ledger key with no result at all: open while its window ends after the watermark."""
+    if report.watermark is not None and not report.watermark.closes(key[0] + window_ms):
+        report.open += 1
+    else:
+        report.missing += 1
+        report.note(f"missing {_fmt(key)} expected count={expected}")
+
+
 def compare(
     results: Iterable[tuple[str, IpCount | None]],
     ledger: Ledger,
     isolation: str = "read_committed",
     corrections: Iterable[tuple[str, IpCount | None]] | None = None,
+    watermark: SinkWatermark | None = None,
 ) -> VerifyReport:
     """Judge every result against the ledger.
 
@@ -83,6 +112,8 @@ def compare(
         ledger: the merged ground truth.
         corrections: the late-count corrections (topics.late), same form; None when the job
             writes none (job.late_corrections = false).
+        watermark: how far the job has emitted (None: unknown). A ledger key with no result
+            whose window ends after it is open (counted, not yet emitted), not missing.
 
     Rules: a (window_start, ip) key seen twice in the sink is a duplicate; keys in no ledger, and
     wrong window lengths, are wrong. With corrections, every key's final count plus its
@@ -92,7 +123,10 @@ def compare(
     not yet passed it) with at most the late count (reported as late_emitted).
     """
     report = VerifyReport(
-        expected=len(ledger.counts), late_windows=len(ledger.late_counts), isolation=isolation
+        expected=len(ledger.counts),
+        late_windows=len(ledger.late_counts),
+        isolation=isolation,
+        watermark=watermark,
     )
     if corrections is not None:
         return _compare_totals(results, corrections, ledger, report)
@@ -132,8 +166,7 @@ def compare(
             report.note(f"wrong {_fmt(key)}: count={rec.count}, expected {want}, at {where}")
     for key, expected in sorted(ledger.counts.items()):
         if expected > 0 and key not in seen:
-            report.missing += 1
-            report.note(f"missing {_fmt(key)} expected count={expected}")
+            _absent(report, key, expected, ledger.window_ms)
     return report
 
 
@@ -192,8 +225,7 @@ def _compare_totals(
             report.wrong += 1
             report.note(f"unexpected {_fmt(key)} count={final} corrections={fix} (not in ledger)")
         elif final is None and fix == 0:
-            report.missing += 1
-            report.note(f"missing {_fmt(key)} expected count={expected}")
+            _absent(report, key, expected, ledger.window_ms)
         else:
             report.wrong += 1
             report.note(
@@ -240,9 +272,11 @@ def verify_sink(
     isolation: str = "read_committed",
     deadline_seconds: float = 120.0,
     with_late: bool | None = None,
+    watermark: SinkWatermark | None = None,
 ) -> VerifyReport:
     """Read the whole sink topic (and, with `with_late`, default job.late_corrections, the late
-    corrections) with `isolation` and compare them with `ledger`."""
+    corrections) with `isolation` and compare them with `ledger`. `watermark`: read it (with
+    `sink_watermark`) before the sink, so every window it closes is in what is read."""
     late = settings.job.late_corrections if with_late is None else with_late
     corrections = (
         list(read_results(settings, isolation, deadline_seconds, settings.topics.late))
@@ -250,4 +284,4 @@ def verify_sink(
         else None
     )
     results = read_results(settings, isolation, deadline_seconds)
-    return compare(results, ledger, isolation, corrections)
+    return compare(results, ledger, isolation, corrections, watermark)

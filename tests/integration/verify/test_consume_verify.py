@@ -181,6 +181,8 @@ def test_verify_exact_and_discrepancies(sink_settings: Settings, tmp_path: Path)
     lines = out.stdout.splitlines()
     assert lines[-1].endswith("results=9 missing=1 duplicates=1 wrong=1 exact=false"), lines[-1]
     text = "\n".join(lines[:-1])
+    # These markers carry no watermark (no checkpoint): nothing can be open, and verify says so.
+    assert " open=0 " in lines[-1] and "watermark unknown:" in text, text
     assert f"missing window_start={truth[9].window_start} ip={truth[9].ip}" in text
     assert f"duplicate window_start={truth[0].window_start} ip={truth[0].ip}" in text
     assert (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ipcount.formats.avro import IpCount
 from ipcount.verify.compare import compare
 from ipcount.verify.ledger import Ledger
+from ipcount.verify.watermark import SinkWatermark
 
 W = 5000
 
@@ -115,3 +116,56 @@ def test_with_corrections_a_late_record_counted_in_its_final_is_exact() -> None:
     ledger = _ledger()
     report = compare([*EXACT, _r(20 * W, "10.0.0.9", 4)], ledger, corrections=[])
     assert report.exact and report.late_emitted == 4
+
+
+# Open windows: the sink's watermark says how far the job has emitted. A window ending at or
+# before it is closed (Spark emits a window once window.end <= watermark), so a ledger window
+# without a result there is lost; one ending after it is still open in the job's state.
+
+
+def _three_windows() -> Ledger:
+    ledger = Ledger(window_ms=W)
+    ledger.add(0, "10.0.0.1", 3)
+    ledger.add(W, "10.0.0.1", 2)
+    ledger.add(2 * W, "10.0.0.2", 4)
+    return ledger
+
+
+def test_a_window_ending_exactly_at_the_watermark_is_closed_so_its_absence_is_loss() -> None:
+    mark = SinkWatermark(2 * W, "progress marker of query q batch 3")
+    report = compare([_r(0, "10.0.0.1", 3)], _three_windows(), watermark=mark)
+    assert (report.open, report.missing) == (1, 1) and not report.exact
+    assert "missing window_start=5000 ip=10.0.0.1 expected count=2" in report.examples
+    assert report.summary().endswith("open=1 results=1 missing=1 duplicates=0 wrong=0 exact=false")
+
+
+def test_windows_ending_after_the_watermark_are_open_not_missing() -> None:
+    mark = SinkWatermark(2 * W - 1, "progress marker of query q batch 3")
+    report = compare([_r(0, "10.0.0.1", 3)], _three_windows(), watermark=mark)
+    assert (report.open, report.missing) == (2, 0) and report.exact, report.examples
+    assert report.summary().endswith("open=2 results=1 missing=0 duplicates=0 wrong=0 exact=true")
+    hint = report.open_hint()
+    assert hint is not None and "2 (window, ip) results" in hint
+    assert "ipcount run --available-now --close-all-windows" in hint
+    assert "progress marker of query q batch 3" in hint
+
+
+def test_open_is_judged_in_corrections_mode_too() -> None:
+    ledger = _three_windows()
+    ledger.add_late(0, "10.0.0.1", 2)
+    mark = SinkWatermark(W, "m")
+    # [0, W) closed and complete with its correction; [W, 2W) and [2W, 3W) open.
+    report = compare(
+        [_r(0, "10.0.0.1", 3)], ledger, corrections=[_r(0, "10.0.0.1", 2)], watermark=mark
+    )
+    assert (report.open, report.missing) == (2, 0) and report.exact, report.examples
+    lost = compare(
+        [_r(0, "10.0.0.1", 3)], ledger, corrections=[], watermark=SinkWatermark(2 * W, "m")
+    )
+    assert (lost.open, lost.missing, lost.wrong) == (1, 1, 1) and not lost.exact
+
+
+def test_without_a_watermark_every_absent_window_is_missing() -> None:
+    report = compare([_r(0, "10.0.0.1", 3)], _three_windows())
+    assert (report.open, report.missing) == (0, 2) and report.open_hint() is None
+    assert "open=0 results=1 missing=2" in report.summary()

@@ -32,7 +32,8 @@ RUN python -m venv /opt/venv \
 # The default settings; mount your own file over it (or point IPCOUNT_CONFIG elsewhere).
 COPY conf/ipcount.toml /etc/ipcount/ipcount.toml
 
-# IPCOUNT_METRICS_*: the job serves /metrics and /healthz on 9464, reachable from outside the
+# IPCOUNT_METRICS_*: the job serves /metrics and /healthz on 9464. They listen on 127.0.0.1 by
+# default; the image opts in to every interface (0.0.0.0) so that they are reachable from outside the
 # container (Prometheus, the HEALTHCHECK below, Kubernetes probes).
 # PYSPARK_PYTHON: driver and executors run the venv's interpreter (a cluster's workers built from
 # this image have it at the same path).

@@ -54,8 +54,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             )
         return 0
     if args.action == "stop":
+        stale = broker.stale_reason()
         if broker.stop():
             print(f"broker stopped (data kept in {broker.data_dir})")
+        elif stale:
+            print(f"nothing stopped: {stale}; removed the stale state file")
         else:
             print(f"no broker running for data dir {broker.data_dir}")
         return 0

@@ -12,6 +12,7 @@ from typing import Any
 from ipcount.config import Settings
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
+from ipcount.httpserve import http_limits
 
 __all__ = ["register", "run", "ORDER"]
 
@@ -34,6 +35,15 @@ def register(sub: Any) -> None:
         "--host",
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests whose Host header is NAME (repeatable; '*': any). Without it "
+        "only localhost, loopback addresses and --host are answered (against DNS rebinding); "
+        "see also http.allowed_hosts",
     )
     p.add_argument(
         "--metrics-url",
@@ -61,7 +71,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise SystemExit("ipcount dashboard: error: --keep must be at least 1")
     metrics = MetricsPoller(args.metrics_url)
     live = LiveTop(settings, keep=args.keep, with_late=not args.no_late)
-    server = DashboardServer(args.host, args.port, live, metrics)
+    allowed = [h.strip() for h in settings.http.allowed_hosts.split(",") if h.strip()]
+    server = DashboardServer(
+        args.host,
+        args.port,
+        live,
+        metrics,
+        limits=http_limits(settings.http),
+        allowed_hosts=(*allowed, *args.allow_host),
+    )
     try:
         live.start()
         print(

@@ -1,5 +1,6 @@
-"""`ipcount dashboard`'s web server (stdlib ThreadingHTTPServer): the page, its static files, and
-the JSON it polls (/api/top, /api/health); a background thread keeps the top-N current. CLI side."""
+"""`ipcount dashboard`'s web server (ipcount.httpserve): the page, its static files, and the JSON it
+polls (/api/top, /api/health), for requests whose Host names this server; a background thread
+keeps the top-N current. CLI side."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.model import TopWindow, WindowBook
 from ipcount.errors import BrokerError, IpcountError
-from ipcount.httpserve import HttpServer, host_port
+from ipcount.httpserve import HttpLimits, HttpServer, host_allowed, host_port
 
 __all__ = ["LiveTop", "DashboardServer", "MAX_N"]
 
@@ -130,14 +131,33 @@ def _first(window: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 class DashboardServer(HttpServer):
-    """The HTTP server; `live` and `metrics` are what its handlers read."""
+    """The HTTP server; `live` and `metrics` are what its handlers read.
 
-    def __init__(self, host: str, port: int, live: LiveTop, metrics: MetricsPoller) -> None:
+    It answers only requests whose Host header is localhost, a loopback address, `host` (unless
+    a wildcard such as 0.0.0.0) or one of `allowed_hosts` ("*": any): a page on another site
+    whose name was rebound to this address must not read the clients' IPs.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        live: LiveTop,
+        metrics: MetricsPoller,
+        *,
+        limits: HttpLimits | None = None,
+        allowed_hosts: tuple[str, ...] = (),
+    ) -> None:
         self.live = live
         self.metrics = metrics
+        bare = host.strip("[]")
+        wildcard = bare in ("", "0.0.0.0", "::")  # noqa: S104 - compared, not bound
+        self.allowed_hosts = allowed_hosts if wildcard else (bare, *allowed_hosts)
         self._health_lock = threading.Lock()
         self._health: tuple[float, dict[str, Any]] | None = None
-        super().__init__(host, port, _Handler, host_option="--host", port_option="--port")
+        super().__init__(
+            host, port, _Handler, host_option="--host", port_option="--port", limits=limits
+        )
 
     @property
     def url(self) -> str:
@@ -171,6 +191,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode(), "application/json")
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's hook name
+        host = self.headers.get("Host")
+        if not host_allowed(host, self.server.allowed_hosts):
+            logger.debug("refused a request for Host %r from %s", host, self.address_string())
+            self._send(
+                403,
+                f"Host {host!r} is not this dashboard's name: open it as http://localhost:PORT/ "
+                "or allow the name with --allow-host NAME (or http.allowed_hosts)\n".encode(),
+                "text/plain; charset=utf-8",
+            )
+            return
         url = urllib.parse.urlsplit(self.path)
         path = url.path
         if path == "/api/top":

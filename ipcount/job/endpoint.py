@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from ipcount.config import Settings
-from ipcount.httpserve import HttpServer, host_port
+from ipcount.httpserve import HttpLimits, HttpServer, host_port, http_limits
 from ipcount.job.metrics import JobMetrics, TopicPartition
 
 __all__ = ["MetricsServer", "LagPoller", "Observability"]
@@ -45,14 +45,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer:
-    """/metrics and /healthz on host:port (IPv4 or IPv6), served by a daemon thread.
+    """/metrics and /healthz on host:port (IPv4 or IPv6), served by daemon threads within
+    `limits` (settings [http]).
 
     Raises:
         ConfigError: host:port cannot be bound; the message says whether to change metrics.host
             or metrics.port.
     """
 
-    def __init__(self, metrics: JobMetrics, host: str, port: int) -> None:
+    def __init__(
+        self, metrics: JobMetrics, host: str, port: int, limits: HttpLimits | None = None
+    ) -> None:
         handler = type("MetricsHandler", (_Handler,), {"metrics": metrics})
         self._server = HttpServer(
             host,
@@ -60,6 +63,7 @@ class MetricsServer:
             handler,
             host_option="metrics.host (env IPCOUNT_METRICS_HOST)",
             port_option="--metrics-port / metrics.port",
+            limits=limits,
         )
         self.host, self.port = host, self._server.server_address[1]
         self._thread = threading.Thread(
@@ -150,8 +154,11 @@ class LagPoller:
             from ipcount.source.offset_reader import KafkaOffsetReader
             from ipcount.source.options import parse_options
 
-            # The source's own consumer settings (isolation level, client quirks).
-            opts = parse_options(source_options(self.settings, heartbeats=False))
+            # The source's own consumer settings (isolation level, client quirks), without the
+            # counting options: end offsets need no combiner, and output=counts would demand
+            # the query's checkpoint for its future-skew bound.
+            raw = source_options(self.settings, output="records", heartbeats=False)
+            opts = parse_options(raw)
             self._reader = KafkaOffsetReader(opts)
         return self._reader
 
@@ -213,7 +220,8 @@ class Observability:
                 machine, a host that does not resolve).
         """
         host = self.settings.metrics.host
-        self._server = MetricsServer(self.metrics, host, self.port).start()
+        limits = http_limits(self.settings.http)
+        self._server = MetricsServer(self.metrics, host, self.port, limits).start()
         self._poller = LagPoller(self.settings, self.metrics).start()
         return self
 

@@ -1,5 +1,6 @@
 """One interface for the local Kafka brokers (noida-db, Apache Kafka in KRaft mode): start with
-readiness by metadata, stop by PID, kill, pause; the PID recorded in the broker's data dir."""
+readiness by metadata, stop by PID, kill, pause; the PID recorded in the broker's data dir with
+the process's start time and boot id, so a reused PID is never signalled."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from ipcount.errors import BrokerError
 from ipcount.kafka.client import wait_for_metadata
 
-__all__ = ["LocalBroker", "BrokerStatus", "free_port", "pid_alive"]
+__all__ = ["LocalBroker", "BrokerStatus", "free_port", "pid_alive", "process_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,21 @@ def pid_alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def process_identity(pid: int) -> dict[str, str] | None:
+    """What tells process `pid` apart from a later one with the same PID: its start time (clock
+    ticks after boot, /proc/PID/stat field 22) and the boot id. None without such a process or
+    without /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            # Fields after the command name, which may hold spaces and parentheses: field 3 on.
+            fields = fh.read().rsplit(")", 1)[1].split()
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot_id = fh.read().strip()
+        return {"start_ticks": fields[22 - 3], "boot_id": boot_id}
+    except (OSError, IndexError):
+        return None
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -116,16 +132,56 @@ class LocalBroker:
 
     @property
     def pid(self) -> int | None:
-        """The recorded PID if that process is alive."""
+        """The recorded PID if that process is alive and is the one recorded."""
         pid = self._recorded_pid()
-        return pid if pid is not None and pid_alive(pid) else None
+        if pid is None or not pid_alive(pid) or self.stale_reason() is not None:
+            return None
+        return pid
+
+    def _state(self) -> dict[str, object]:
+        try:
+            state = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) else {}
 
     def _recorded_pid(self) -> int | None:
         try:
-            state = json.loads(self.state_file.read_text(encoding="utf-8"))
-            return int(state["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return int(self._state()["pid"])  # type: ignore[call-overload]
+        except (ValueError, KeyError, TypeError):
             return None
+
+    def stale_reason(self) -> str | None:
+        """Why the state file's PID is not the broker that was started, when a live process has
+        that PID but another start time or boot (the broker died, by a crash or a reboot, and
+        the PID was reused); None when it is, or when nothing can tell (no /proc, a state file
+        of an older ipcount)."""
+        state = self._state()
+        pid = self._recorded_pid()
+        if pid is None or "start_ticks" not in state or not pid_alive(pid):
+            return None
+        now = process_identity(pid)
+        if now is None:
+            return None
+        if now["boot_id"] != state.get("boot_id"):
+            why = "the machine has rebooted since the broker started"
+        elif now["start_ticks"] != str(state.get("start_ticks")):
+            why = "that process started later than the broker did"
+        else:
+            return None
+        return (
+            f"{self.state_file} names pid {pid}, but {why}: pid {pid} is another process now "
+            f"(the {self.kind} broker it recorded is gone)"
+        )
+
+    def _forget_stale(self) -> bool:
+        """Remove a stale state file (see `stale_reason`); True if it was stale."""
+        reason = self.stale_reason()
+        if reason is None:
+            return False
+        logger.warning("%s; not signalling it, removing the stale state file", reason)
+        self.state_file.unlink(missing_ok=True)
+        return True
 
     def status(self) -> BrokerStatus:
         """Whether the broker recorded in the data dir is running."""
@@ -170,10 +226,14 @@ class LocalBroker:
         finally:
             log.close()
         self._proc = proc
-        self.state_file.write_text(
-            json.dumps({"pid": proc.pid, "host": self.host, "port": self.port, "kind": self.kind}),
-            encoding="utf-8",
-        )
+        state: dict[str, object] = {
+            "pid": proc.pid,
+            "host": self.host,
+            "port": self.port,
+            "kind": self.kind,
+            **(process_identity(proc.pid) or {}),
+        }
+        self.state_file.write_text(json.dumps(state), encoding="utf-8")
         logger.info(
             "started %s pid %d on %s (data dir %s)",
             self.kind,
@@ -201,9 +261,11 @@ class LocalBroker:
         )
 
     def stop(self, timeout: float = 15.0) -> bool:
-        """Stop the recorded broker by PID (SIGTERM, then SIGKILL); False if none was running."""
+        """Stop the recorded broker by PID (SIGTERM, then SIGKILL); False if none was running.
+        A state file whose PID now names another process (see `stale_reason`) is removed and
+        nothing is signalled."""
         pid = self._recorded_pid()
-        if pid is None or not pid_alive(pid):
+        if pid is None or not pid_alive(pid) or self._forget_stale():
             self.state_file.unlink(missing_ok=True)
             return False
         self.resume()  # a stopped (SIGSTOP) process would not handle SIGTERM
@@ -218,7 +280,7 @@ class LocalBroker:
     def kill(self) -> None:
         """SIGKILL the broker (for crash tests); the data dir survives for a restart."""
         pid = self._recorded_pid()
-        if pid is not None and pid_alive(pid):
+        if pid is not None and pid_alive(pid) and not self._forget_stale():
             self._signal_and_wait(pid, signal.SIGKILL, 5.0)
         self.state_file.unlink(missing_ok=True)
 

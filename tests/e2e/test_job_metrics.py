@@ -9,8 +9,14 @@ runs again; /metrics must end with no lag, every produced record counted once an
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import resource
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -179,3 +185,141 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipco
         f"{settings.topics.source}/{p}": 0 for p in range(settings.topics.source_partitions)
     }
     assert "lag=0" in batches[0]["message"]
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _half_open(port: int, n: int) -> list[tuple[socket.socket, float]]:
+    """`n` connections that each send half a request and wait, with when each opened."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 500:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n + 500, hard), hard))
+    out = []
+    for _ in range(n):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        out.append((sock, time.monotonic()))
+    return out
+
+
+def _seconds_past(clients: list[tuple[socket.socket, float]], timeout: float) -> list[float]:
+    """How long after its bound (opened + timeout, or now if that is past) each connection was
+    seen closed by the server; raises if one stays open 10 s past it."""
+    sel = selectors.DefaultSelector()
+    for sock, opened in clients:
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ, opened)
+    watching, late = time.monotonic(), []
+    while sel.get_map() and time.monotonic() < watching + timeout + 10:
+        for key, _ in sel.select(0.5):
+            try:
+                key.fileobj.recv(4096)  # type: ignore[union-attr]
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            late.append(time.monotonic() - max(key.data + timeout, watching))
+            sel.unregister(key.fileobj)
+    assert not sel.get_map(), f"{len(sel.get_map())} connections still open"
+    return late
+
+
+def _pids_from(log: Path) -> list[int]:
+    found = re.findall(r"SIGSTOP to pid (\d+)", log.read_text()) if log.exists() else []
+    return [int(p) for p in found]
+
+
+def test_an_idle_job_stays_healthy_and_a_blocked_one_with_records_waiting_does_not(  # type: ignore[no-untyped-def]
+    make_settings, tmp_path, Feed, ipcount_env
+) -> None:
+    """The default configuration (`ipcount run --metrics-port`): the lag is known (0) while no
+    input comes, and idling longer than the stall threshold is healthy. Records that wait while
+    no micro-batch can finish (the first commit that writes results is frozen by SIGSTOP) turn
+    /healthz to 503 with the lag in its reason."""
+    settings = make_settings()
+    ensure_topics(settings)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log, faults_log = tmp_path / "job.log", tmp_path / "faults.log"
+    stall = 6.0  # metrics.stall_triggers x job.trigger_interval_seconds (1 s)
+    http_timeout = 2.0
+    env = {
+        "IPCOUNT_HTTP_REQUEST_TIMEOUT_SECONDS": str(http_timeout),
+        "IPCOUNT_METRICS_STALL_TRIGGERS": str(int(stall)),
+        "IPCOUNT_METRICS_LAG_POLL_SECONDS": "1",
+        # The first sink commit freezes its Python worker: no batch with results can finish.
+        "IPCOUNT_FAULTS": ",".join(f"sink.before_commit@{b}/stop" for b in range(50)),
+        "IPCOUNT_FAULTS_STATE": str(tmp_path),
+        "IPCOUNT_FAULTS_LOG": str(faults_log),
+    }
+    job = _start_job(ipcount_env(settings, env), port, log)
+    try:
+        _wait(
+            "/healthz 200",
+            lambda: _get(base + "/healthz")[0] == 200,
+            job,
+            log,
+            180,
+        )
+        # 2,000 half-open connections: /healthz answers within 1 s, the driver's threads stay
+        # within the endpoint's bound (http.workers + 1 threads, already running), and the
+        # server closes each within http.request_timeout_seconds.
+        threads_before = _threads(job.pid)
+        clients = _half_open(port, 2000)
+        try:
+            started = time.monotonic()
+            status, body = _get(base + "/healthz")
+            took = time.monotonic() - started
+            threads_flooded = _threads(job.pid)
+            print(
+                f"driver threads {threads_before} -> {threads_flooded} under 2000 half-open; "
+                f"/healthz {took * 1000:.0f} ms"
+            )
+            assert status == 200 and took < 1.0, (status, body, took)
+            assert threads_flooded <= threads_before + 3, (threads_before, threads_flooded)
+            late = _seconds_past(clients, http_timeout)
+            assert max(late) < 1.0, max(late)
+        finally:
+            for sock, _ in clients:
+                sock.close()
+
+        # Idle for well over the stall threshold: healthy all along, lag known and 0.
+        idle_until = time.monotonic() + stall + 6
+        while time.monotonic() < idle_until:
+            status, body = _get(base + "/healthz")
+            assert status == 200 and body.startswith("ok"), body
+            time.sleep(0.5)
+        lags = _lags(_scrape(base))
+        assert len(lags) == settings.topics.source_partitions, (lags, log.read_text()[-3000:])
+        assert all(v == 0 for v in lags.values()), lags
+        assert "source lag unknown" not in log.read_text()
+
+        # The first batch with results freezes in its commit; then 200 more records arrive.
+        feed = Feed(settings)
+        feed.round(0, 4)
+        _wait("the frozen commit", lambda: _pids_from(faults_log), job, log, 120)
+        feed.round(4, 8)  # 200 records that no batch can take
+        blocked_at = time.monotonic()
+        status, body = _wait(
+            "/healthz 503",
+            lambda: (lambda r: r if r[0] == 503 else None)(_get(base + "/healthz")),
+            job,
+            log,
+            stall + 30,
+        )
+        assert body.startswith("stalled:") and "while 200 records wait" in body, body
+        assert time.monotonic() - blocked_at >= stall - 2, body
+        assert sum(_lags(_scrape(base)).values()) == 200
+    finally:
+        for pid in _pids_from(faults_log):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(120)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait(30)

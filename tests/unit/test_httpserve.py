@@ -3,8 +3,11 @@ failure says what to change by its cause."""
 
 from __future__ import annotations
 
+import logging
 import socket
+import struct
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -97,3 +100,45 @@ def test_host_port_brackets_ipv6() -> None:
     assert host_port("::", 9464) == "[::]:9464"
     assert host_port("[::1]", 1) == "[::1]:1"
     assert host_port("0.0.0.0", 9464) == "0.0.0.0:9464"
+
+
+class _Slow(BaseHTTPRequestHandler):
+    """Answers a large body once the test says its client has gone."""
+
+    client_gone = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server hook
+        self.client_gone.wait(5)
+        self.send_response(200)
+        self.send_header("Content-Length", str(1 << 20))
+        self.end_headers()
+        for _ in range(64):
+            self.wfile.write(b"x" * (1 << 14))
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server hook
+        pass
+
+
+def test_a_client_that_leaves_early_is_a_debug_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = HttpServer("127.0.0.1", 0, _Slow, host_option="--host", port_option="--port")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    caplog.set_level(logging.DEBUG, logger="ipcount.httpserve")
+    try:
+        client = socket.create_connection(server.server_address[:2], timeout=5)
+        client.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        # Leave with a reset, as a browser tab closed mid-answer does.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        _Slow.client_gone.set()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "went away" not in caplog.text:
+            time.sleep(0.05)
+    finally:
+        server.shutdown()
+        server.server_close()
+    went = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert went and all(r.levelno == logging.DEBUG and r.exc_info is None for r in went)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Traceback" not in capfd.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import threading
 import urllib.request
 from typing import Any
@@ -33,3 +34,46 @@ def test_an_address_of_another_machine_names_host() -> None:
     with pytest.raises(ConfigError) as err:
         DashboardServer("192.0.2.1", 0, none, none)
     assert "not an address of this machine" in str(err.value) and "--host" in str(err.value)
+
+
+def _status(port: int, host_header: str | None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        if host_header is not None:
+            conn.putheader("Host", host_header)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("allowed", "host_header", "status"),
+    [
+        ((), "localhost:{port}", 200),
+        ((), "127.0.0.1:{port}", 200),
+        ((), "[::1]:{port}", 200),
+        ((), None, 200),  # not a browser
+        # A DNS-rebinding page: its own name, resolved to 127.0.0.1.
+        ((), "rebind.example:{port}", 403),
+        ((), "rebind.example", 403),
+        ((), "", 403),
+        (("dash.example",), "dash.example:{port}", 200),
+        (("dash.example",), "rebind.example:{port}", 403),
+        (("*",), "rebind.example:{port}", 200),
+    ],
+)
+def test_only_requests_for_this_servers_names_are_answered(
+    allowed: tuple[str, ...], host_header: str | None, status: int
+) -> None:
+    none: Any = None
+    server = DashboardServer("127.0.0.1", 0, none, none, allowed_hosts=allowed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        header = None if host_header is None else host_header.format(port=port)
+        assert _status(port, header) == status
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -96,3 +96,14 @@ def test_lag_poller_never_started_closes_its_consumer_on_stop() -> None:
     poller._reader = reader
     poller.stop()
     assert reader.closed_by == threading.current_thread().name
+
+
+def test_lag_poller_reads_end_offsets_in_the_default_configuration() -> None:
+    """The poller needs only end offsets: the counting source's options (output=counts with a
+    future-skew bound, which needs the query's checkpoint) must not stop it from measuring."""
+    poller = LagPoller(_settings(), JobMetrics())
+    try:
+        reader = poller._offsets()
+        assert reader is not None
+    finally:
+        poller.stop()

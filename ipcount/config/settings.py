@@ -15,6 +15,7 @@ __all__ = [
     "JobSettings",
     "SinkSettings",
     "BrokerSettings",
+    "HttpSettings",
     "SparkSettings",
     "MetricsSettings",
     "Settings",
@@ -107,16 +108,20 @@ class JobSettings:
     min_partitions: int = 0
     max_records_per_partition: int = 0
     fail_on_data_loss: bool = True
-    # Records longer than this are malformed (dead-lettered), never parsed.
+    # Retired: a record's length never decides whether it counts (every line nginx writes is
+    # counted, whatever its length). Still accepted so existing configs load; no effect.
     max_record_bytes: int = 8192
     # Records stamped more than this ahead of their micro-batch's time (kept in the checkpoint)
     # are not counted and do not move the watermark: a bad clock must not make later records late.
     max_future_skew_seconds: float = 300.0
-    # Write malformed records, raw, to topics.dead_letter (a second, stateless query).
-    dead_letter: bool = False
+    # Write malformed and future records, raw, to topics.dead_letter (a second, stateless query):
+    # on by default, so nothing rejected is thrown away silently.
+    dead_letter: bool = True
     # Dead letters longer than this are truncated to it (headers keep the original size and the
-    # source coordinates), so any record the source holds can be dead-lettered.
-    dead_letter_max_bytes: int = 65536
+    # source coordinates), so any record the source holds can be dead-lettered. 256 KiB holds the
+    # longest line nginx writes with its default buffers whole: 1 KiB + 4 x 8 KiB of client
+    # bytes (client_header_buffer_size, large_client_header_buffers) escaped 4x as \xHH = 132 KiB.
+    dead_letter_max_bytes: int = 262144
     # A read task hands records to Spark in Arrow batches of at most this many value bytes.
     max_bytes_per_batch: int = 16 * 1024 * 1024
     # Records that arrive after their window's result was emitted are written to topics.late as
@@ -189,6 +194,24 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    """Limits of ipcount's HTTP endpoints: the job's /metrics and /healthz, `ipcount dashboard`."""
+
+    # A client has this long from connecting to send its whole request head; the connection is
+    # then closed. Also the bound on writing one response to a client that does not read.
+    request_timeout_seconds: float = 5.0
+    # Connections held at once per endpoint. A new one beyond it closes the oldest that is still
+    # sending its request (a flood of half-open connections cannot lock out a health probe).
+    max_connections: int = 256
+    # Threads that answer complete requests; with the one that accepts and reads request heads,
+    # an endpoint runs workers + 1 threads however many clients connect.
+    workers: int = 4
+    # `ipcount dashboard` answers only requests whose Host header is localhost, a loopback
+    # address, its --host, or one of these (comma-separated names or addresses; "*": any).
+    allowed_hosts: str = ""
+
+
+@dataclass(frozen=True)
 class Settings:
     """All of ipcount's settings."""
 
@@ -199,6 +222,7 @@ class Settings:
     broker: BrokerSettings = field(default_factory=BrokerSettings)
     spark: SparkSettings = field(default_factory=SparkSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
     # Where the settings came from, for messages ("defaults" when no file was read).
     source_path: str = "defaults"
 
@@ -219,6 +243,7 @@ SECTIONS: dict[str, type] = {
     "broker": BrokerSettings,
     "spark": SparkSettings,
     "metrics": MetricsSettings,
+    "http": HttpSettings,
 }
 # Free-form tables of dotted client/Spark keys: section -> table names.
 PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": ("conf",)}
@@ -287,8 +312,6 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
     if s.job.max_records_per_partition < 0:
         fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
-    if s.job.max_record_bytes < 64:
-        fail("job", "max_record_bytes", "must be at least 64")
     if s.sink.transaction_timeout_ms < 1000:
         fail(
             "sink",
@@ -341,3 +364,9 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("metrics", "stall_triggers", "must be at least 1")
     if s.metrics.lag_poll_seconds <= 0:
         fail("metrics", "lag_poll_seconds", "must be positive")
+    if s.http.request_timeout_seconds <= 0:
+        fail("http", "request_timeout_seconds", "must be positive")
+    if s.http.workers < 1:
+        fail("http", "workers", "must be at least 1")
+    if s.http.max_connections < s.http.workers:
+        fail("http", "max_connections", f"must be at least http.workers ({s.http.workers})")

@@ -1,17 +1,21 @@
 """The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests).
 
-The line grammar is written once (`_line_pattern`) and spelled twice: `LINE_PATTERN` for Python's
-`re` (the ledger, the driver's heartbeat base, loadgen) and `LINE_PATTERN_RE2` for RE2, which the
-job's read tasks run through Arrow (`formats.arrow_parse`). It keeps to the subset where the two
-engines agree (explicit ASCII classes instead of \\S and \\d, which Python widens to Unicode;
-`[\\s\\S]` instead of `.`, whose line terminators differ; an absolute end instead of `$`, which
-Python also lets match before a final newline). IPs and times are decided by this module's
-functions in both paths. A property test (tests/unit/formats/test_parse_parity.py) runs both
-parsers over generated hostile lines.
+The line grammar is written once (`_prefix`, `_tail`) and spelled twice: `LINE_PATTERN` for Python's
+`re` (the ledger, the driver's heartbeat base, loadgen) and, for RE2, which the job's read tasks run
+through Arrow (`formats.arrow_parse`), `LINE_PATTERN_RE2` (the whole line, nothing captured: RE2's
+fast DFA) and `PREFIX_PATTERN_RE2` (the prefix up to the line's first `"`, capturing the client and
+`$time_local`: the only fields counted, so captures never run over a long request, referer or user
+agent). They keep to the subset where the two engines agree (explicit ASCII classes instead of \\S
+and \\d, which Python widens to Unicode; `[\\s\\S]` instead of `.`, whose line terminators
+differ; an absolute end instead of `$`, which Python also lets match before a final newline). IPs
+and times are decided by this module's functions in both paths. A property test
+(tests/unit/formats/test_parse_parity.py) runs both parsers over generated hostile lines.
 
 `$time_local` is strict: `dd/Mon/yyyy:HH:mm:ss +hhmm` exactly as nginx writes it (English month
 abbreviation with a capital, year 1000-9999, a real calendar date, 00-23 hours, no leap second, a
-zone offset within ±18:00). Client IPs are canonical (`canonical_ip`).
+zone offset within ±18:00) and its UTC instant within Spark's timestamp range (0001-01-01 to
+9999-12-31). Client IPs are canonical (`canonical_ip`); `unix:` (a unix-socket client) is its own
+key. No length limit: a line nginx can write is counted however long its quoted fields are.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from datetime import UTC, datetime, timedelta, timezone
 __all__ = [
     "LINE_PATTERN",
     "LINE_PATTERN_RE2",
+    "PREFIX_PATTERN_RE2",
+    "UNIX_CLIENT",
+    "EVENT_TIME_RANGE",
     "IPV4_PATTERN",
     "IPV6_PATTERN",
     "IP_PATTERN",
@@ -38,6 +45,7 @@ __all__ = [
     "canonical_ip",
     "client_ip",
     "ParseError",
+    "TimeRangeError",
 ]
 
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
@@ -57,29 +65,32 @@ _USER = r'[^"]+?'
 TIME_PATTERN = r"[0-9]{2}/[A-Z][a-z]{2}/[1-9][0-9]{3}:[0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}"
 
 
-def _line_pattern(ip: str, user: str, time: str, quoted: str, end: str) -> str:
-    """The combined-format line, its groups opened by the given prefixes (`(` numbered, `(?:`
-    not captured, `(?P<name>` named): one grammar for Python's `re` and RE2."""
+def _prefix(ip: str, user: str, time: str) -> str:
+    """The line up to and including its first `"` (which opens $request): every field the job
+    counts by. Groups are opened by the given prefixes (`(` numbered, `(?:` not captured,
+    `(?P<name>` named)."""
+    return rf'^{ip}{_FIELD}) {_FIELD} {user}{_USER}) \[{time}{TIME_PATTERN})\] "'
+
+
+def _tail(quoted: str, end: str) -> str:
+    """The rest of the line after the prefix's `"`: $request, status, size, referer, agent."""
     field = _QUOTED.replace("(", quoted, 1)
-    return (
-        rf"^{ip}{_FIELD}) {_FIELD} {user}{_USER}) \[{time}{TIME_PATTERN})\] "
-        + field
-        + rf" {quoted}[0-9]{{3}}) {quoted}[0-9]+|-) "
-        + field
-        + " "
-        + field
-        + end
-    )
+    return field[1:] + rf" {quoted}[0-9]{{3}}) {quoted}[0-9]+|-) " + field + " " + field + end
 
 
 # Python's `re`: every field a numbered group; `(?![\s\S])` is the absolute end (`$` would also
 # match before a final newline).
-LINE_PATTERN = _line_pattern("(", "(", "(", "(", r"(?![\s\S])")
+LINE_PATTERN = _prefix("(", "(", "(") + _tail("(", r"(?![\s\S])")
 GROUP_IP = 1
 GROUP_TIME = 3
-# RE2 (pyarrow.compute.extract_regex, the job's vectorised parse): only the client IP and
-# $time_local captured, as named groups; `\z` is RE2's absolute end (it has no lookahead).
-LINE_PATTERN_RE2 = _line_pattern("(?P<ip>", "(?:", "(?P<time>", "(?:", r"\z")
+# RE2 (pyarrow.compute, the job's vectorised parse): whether the whole line is one, nothing
+# captured (RE2 decides it with its DFA, fast at any length; `\z` is RE2's absolute end, it has
+# no lookahead) ...
+LINE_PATTERN_RE2 = _prefix("(?:", "(?:", "(?:") + _tail("(?:", r"\z")
+# ... and the client IP and $time_local, captured from the prefix alone (a capture engine over a
+# 100 KB line costs milliseconds). The prefix holds no `"` but its last, so a line that matches
+# LINE_PATTERN_RE2 has exactly one such prefix, with the groups LINE_PATTERN finds.
+PREFIX_PATTERN_RE2 = _prefix("(?P<ip>", "(?:", "(?P<time>")
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
@@ -106,6 +117,18 @@ _MONTH_NUMBER = {name: i + 1 for i, name in enumerate(_MONTHS)}
 # The zone offsets nginx and java.time accept (±18:00).
 _MAX_OFFSET_MINUTES = 18 * 60
 
+# nginx's $remote_addr for a client of a unix-socket listener (`listen unix:/path`): counted
+# under this key.
+UNIX_CLIENT = "unix:"
+# The event times that count: Spark's TimestampType range (0001-01-01T00:00:00Z to
+# 9999-12-31T23:59:59Z, whole seconds as $time_local has), which Python's datetime spans too; a
+# later UTC instant (year 9999 with a negative offset) is malformed, never an OverflowError.
+EVENT_TIME_RANGE = (
+    int(datetime(1, 1, 1, tzinfo=UTC).timestamp()) * 1000,
+    int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()) * 1000,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _LINE_RE = re.compile(LINE_PATTERN)
 _IP_RE = re.compile(IP_PATTERN)
 _TIME_RE = re.compile(TIME_PATTERN)
@@ -113,6 +136,10 @@ _TIME_RE = re.compile(TIME_PATTERN)
 
 class ParseError(ValueError):
     """A line is not a valid nginx combined-format record (the reason says which part)."""
+
+
+class TimeRangeError(ParseError):
+    """A real `$time_local` whose UTC instant is outside EVENT_TIME_RANGE (Spark's timestamps)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +157,8 @@ class AccessRecord:
 
     @property
     def event_ms(self) -> int:
-        return int(self.event_time.timestamp() * 1000)
+        """Epoch milliseconds, in integers (no float rounding at the ends of the range)."""
+        return (self.event_time - _EPOCH) // timedelta(milliseconds=1)
 
 
 def _escape(value: str) -> str:
@@ -182,6 +210,7 @@ def parse_time_local(text: str) -> datetime:
 
     Raises:
         ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm, or not a real time.
+        TimeRangeError: a real time whose UTC instant is outside EVENT_TIME_RANGE.
     """
     if len(text) != 26 or not _TIME_RE.match(text):
         raise ParseError(f"bad time_local {text!r}: not dd/Mon/yyyy:HH:mm:ss +hhmm")
@@ -198,22 +227,32 @@ def parse_time_local(text: str) -> datetime:
             int(text[12:14]),
             int(text[15:17]),
             int(text[18:20]),
-            tzinfo=timezone(timedelta(minutes=offset)),
         )
     except ValueError as exc:
         raise ParseError(f"bad time_local {text!r}: {exc}") from None
-    return local.astimezone(UTC)
+    # Naive arithmetic, not astimezone(): a local time near year 1 or 9999 whose UTC instant
+    # leaves datetime's range raises OverflowError, which becomes the typed rejection here.
+    try:
+        utc = local - timedelta(minutes=offset)
+    except OverflowError:
+        raise TimeRangeError(
+            f"time_local {text!r} is outside the event times that count: its UTC instant is not "
+            "within 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z (Spark's timestamp range)"
+        ) from None
+    return utc.replace(tzinfo=UTC)
 
 
 def canonical_ip(ip: str) -> str:
     """The one spelling of a client IP that ipcount counts under: IPv4 as written (the pattern
     admits no leading zeros); an IPv4-mapped IPv6 address (::ffff:a.b.c.d, in any spelling) as its
     IPv4 address; any other IPv6 address in RFC 5952 form (lower case, leading zeros dropped, the
-    first longest run of two or more zero groups as ::, no dotted quad).
+    first longest run of two or more zero groups as ::, no dotted quad); `unix:` as itself.
 
     Raises:
         ParseError: not an address IP_PATTERN admits.
     """
+    if ip == UNIX_CLIENT:
+        return ip
     if ":" not in ip:
         if not _IP_RE.match(ip):
             raise ParseError(f"bad client IP {ip!r}")
@@ -227,21 +266,26 @@ def canonical_ip(ip: str) -> str:
 
 
 def client_ip(text: str) -> str:
-    """The canonical spelling of the $remote_addr text of a line, if IP_PATTERN admits it.
+    """The canonical spelling of the $remote_addr text of a line, if IP_PATTERN admits it, or
+    `unix:` (UNIX_CLIENT: nginx's $remote_addr for a client of a unix-socket listener).
 
     Raises:
-        ParseError: not an address IP_PATTERN admits.
+        ParseError: neither an address IP_PATTERN admits nor `unix:`.
     """
+    if text == UNIX_CLIENT:
+        return text
     if not _IP_RE.match(text):
         raise ParseError(f"bad client IP {text!r}")
     return canonical_ip(text)
 
 
 def parse_record(line: str | bytes) -> AccessRecord:
-    """Parse one line with the same rules as the Spark job.
+    """Parse one line with the same rules as the Spark job (any length).
 
     Raises:
-        ParseError: not UTF-8, not the combined format, a bad IP or a bad timestamp.
+        ParseError: not UTF-8, not the combined format, a bad IP or a bad timestamp (whatever the
+            bytes, nothing else is raised).
+        TimeRangeError: a real $time_local outside EVENT_TIME_RANGE.
     """
     if isinstance(line, bytes):
         try:

@@ -1,12 +1,15 @@
 """The nginx combined-format parse, vectorised over an Arrow array of raw records: what the job's
 read tasks run before they combine counts.
 
-The same truth as `accesslog.parse_record`, by construction: the line grammar is the same pattern
-(`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`), and each *distinct* client IP and
-`$time_local` text of a chunk goes through the very functions the Python parser uses
-(`client_ip`, `parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka
-partition holds few distinct seconds and IPs, so those Python calls are a small part of the work;
-the per-line work (UTF-8 check, length, regex) is Arrow's C++.
+The same truth as `accesslog.parse_record`, by construction: whether a line is one is the same
+grammar (`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`, matched by RE2's DFA without
+captures, fast at any length), the client and `$time_local` are captured from the line's prefix
+alone (`PREFIX_PATTERN_RE2`, up to its first `"`), and each *distinct* client IP and `$time_local`
+text of a chunk goes through the very functions the Python parser uses (`client_ip`,
+`parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka partition holds few
+distinct seconds and IPs, so those Python calls are a small part of the work; the per-line work
+(UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes hold decides, never how many
+there are, and no content raises (every failure is a verdict code with its reason).
 """
 
 from __future__ import annotations
@@ -18,29 +21,49 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ipcount.formats.accesslog import LINE_PATTERN_RE2, ParseError, client_ip, parse_time_local
+from ipcount.formats.accesslog import (
+    LINE_PATTERN_RE2,
+    PREFIX_PATTERN_RE2,
+    ParseError,
+    TimeRangeError,
+    client_ip,
+    parse_time_local,
+)
 
 __all__ = [
     "OK",
     "NO_VALUE",
-    "TOO_LONG",
+    "NOT_UTF8",
     "NOT_COMBINED",
+    "BAD_IP",
+    "BAD_TIME",
+    "TIME_RANGE",
     "ParsedChunk",
     "ChunkParser",
     "malformed_reason",
 ]
 
 # Verdict codes per record: counted-if-in-time, or why it is malformed.
-OK, NO_VALUE, TOO_LONG, NOT_COMBINED = 0, 1, 2, 3
+OK, NO_VALUE, NOT_UTF8, NOT_COMBINED, BAD_IP, BAD_TIME, TIME_RANGE = range(7)
+_REASONS = {
+    NO_VALUE: "malformed: no value",
+    NOT_UTF8: "malformed: not UTF-8",
+    NOT_COMBINED: "malformed: not a valid nginx combined-format line",
+    BAD_IP: "malformed: $remote_addr is not an IP address (nor unix:)",
+    BAD_TIME: "malformed: $time_local is not a real time (dd/Mon/yyyy:HH:mm:ss +hhmm)",
+    TIME_RANGE: (
+        "malformed: event time outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z "
+        "(Spark's timestamp range)"
+    ),
+}
+# What `_time_ms` answers for a time that is not one; real times are whole seconds (multiples of
+# 1000 ms), so neither code is ever a real time.
+_NOT_A_TIME, _OUT_OF_RANGE = -1, -2
 
 
-def malformed_reason(code: int, max_record_bytes: int) -> str:
+def malformed_reason(code: int) -> str:
     """The dead-letter reason for a malformed verdict code."""
-    if code == NO_VALUE:
-        return "malformed: no value"
-    if code == TOO_LONG:
-        return f"malformed: longer than {max_record_bytes} bytes"
-    return "malformed: not a valid nginx combined-format line"
+    return _REASONS.get(code, _REASONS[NOT_COMBINED])
 
 
 @dataclass(frozen=True)
@@ -58,16 +81,15 @@ class ParsedChunk:
         return len(self.verdict)
 
 
-def _as_strings(values: pa.Array, candidate: np.ndarray) -> pa.Array:
-    """`values` as UTF-8 strings, null where not a candidate or not valid UTF-8. A chunk with one
-    bad byte sequence is checked record by record (rare: Arrow validates a chunk at once)."""
-    masked = pc.if_else(pa.array(candidate), values, pa.scalar(None, pa.binary()))
+def _as_strings(values: pa.Array) -> pa.Array:
+    """`values` as UTF-8 strings, null where null or not valid UTF-8. A chunk with one bad byte
+    sequence is checked record by record (rare: Arrow validates a chunk at once)."""
     try:
-        return masked.cast(pa.string())
+        return values.cast(pa.string())
     except pa.ArrowInvalid:
         pass
     decoded: list[str | None] = []
-    for raw in masked.to_pylist():
+    for raw in values.to_pylist():
         try:
             decoded.append(None if raw is None else raw.decode("utf-8"))
         except UnicodeDecodeError:
@@ -78,8 +100,8 @@ def _as_strings(values: pa.Array, candidate: np.ndarray) -> pa.Array:
 def _distinct(
     column: pa.Array, decide: dict[str, int], compute: Callable[[str], int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(code per row, valid mask): `column`'s distinct values decided once each by `compute`
-    (text -> int code, or -1: invalid), remembered in `decide` across chunks."""
+    """(code per row, present mask): `column`'s distinct values decided once each by `compute`
+    (text -> int code), remembered in `decide` across chunks."""
     encoded = pc.dictionary_encode(column)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
@@ -94,14 +116,17 @@ def _distinct(
     index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     per_row = codes[index] if len(codes) else np.full(len(column), -1, dtype=np.int64)
     present = ~np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    return per_row, present & (per_row != -1)
+    return per_row, present
+
+
+def _mask(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 class ChunkParser:
     """Parses chunks of one read task; remembers the IPs and seconds it has decided."""
 
-    def __init__(self, max_record_bytes: int) -> None:
-        self.max_record_bytes = max_record_bytes
+    def __init__(self) -> None:
         self._times: dict[str, int] = {}
         self._ip_codes: dict[str, int] = {}
         self._canonical: dict[str, int] = {}
@@ -110,8 +135,10 @@ class ChunkParser:
     def _time_ms(self, text: str) -> int:
         try:
             return int(parse_time_local(text).timestamp()) * 1000
+        except TimeRangeError:
+            return _OUT_OF_RANGE
         except ParseError:
-            return -1  # never a real time: those are whole seconds
+            return _NOT_A_TIME
 
     def _ip(self, text: str) -> int:
         try:
@@ -130,17 +157,25 @@ class ChunkParser:
             values = values.combine_chunks()
         n = len(values)
         null = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        sizes = pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False)
-        too_long = ~null & (sizes > self.max_record_bytes)
-        candidate = ~null & ~too_long
-        groups = pc.extract_regex(_as_strings(values, candidate), LINE_PATTERN_RE2)
-        matched = np.asarray(groups.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        ip_code, ip_ok = _distinct(pc.struct_field(groups, "ip"), self._ip_codes, self._ip)
-        times, time_ok = _distinct(pc.struct_field(groups, "time"), self._times, self._time_ms)
+        strings = _as_strings(values)
+        utf8 = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        # The whole line against the grammar (a DFA, no captures) ...
+        matched = _mask(pc.match_substring_regex(strings, LINE_PATTERN_RE2))
+        # ... then the two counted fields from the prefix of the lines that matched.
+        lines = pc.if_else(pa.array(matched), strings, pa.scalar(None, pa.string()))
+        groups = pc.extract_regex(lines, PREFIX_PATTERN_RE2)
+        ip_code, ip_present = _distinct(pc.struct_field(groups, "ip"), self._ip_codes, self._ip)
+        times, time_present = _distinct(pc.struct_field(groups, "time"), self._times, self._time_ms)
+        ip_ok = ip_present & (ip_code >= 0)
+        time_ok = time_present & (times % 1000 == 0)
         ok = matched & ip_ok & time_ok
         verdict = np.full(n, OK, dtype=np.int8)
-        verdict[~ok] = NOT_COMBINED
-        verdict[too_long] = TOO_LONG
+        # Later rules win: the first failure in parse_record's order is the reason.
+        verdict[~ok & ~time_ok] = BAD_TIME
+        verdict[~ok & time_present & (times == _OUT_OF_RANGE)] = TIME_RANGE
+        verdict[~ok & ~ip_ok] = BAD_IP
+        verdict[~matched] = NOT_COMBINED
+        verdict[~utf8] = NOT_UTF8
         verdict[null] = NO_VALUE
         return ParsedChunk(
             verdict=verdict,

@@ -4,8 +4,8 @@ records a count leaves out, raw with their reason (output=rejects: the dead-lett
 
 When a record counts (one rule, decided here, per record, from the batch's offset-log entry only,
 so a replayed batch decides the same):
-- it parses (arrow_parse: the access-log module's grammar and rules) and is at most
-  maxRecordBytes long; else it is malformed;
+- it parses (arrow_parse: the access-log module's grammar and rules, at any length, its event
+  time within Spark's timestamp range); else it is malformed, with the reason;
 - its event time is at most maxFutureSkewMs after the batch's time (Spark's batchTimestampMs in the
   offset log: what `current_timestamp()` is in that batch); else it is future;
 - it is counted under the 5 s window holding its event time; it is *late* when that window ends at
@@ -74,7 +74,6 @@ class BatchRules:
     records of windows ending at or before this are late (None: unknown, never late here)."""
 
     window_ms: int
-    max_record_bytes: int
     max_future_skew_ms: int = 0
     future_after_ms: int | None = None
     late_before_ms: int | None = None
@@ -93,8 +92,11 @@ class BatchRules:
 
 
 def _timestamps(ms: np.ndarray | Sequence[int | None]) -> pa.Array:
+    # Checked: every event time the parser admits (EVENT_TIME_RANGE, and a window or heartbeat
+    # past it) is far inside int64 microseconds (+-292,000 years); an overflow would be a bug here,
+    # never a record's doing, and must not pass as a wrapped time.
     arr = pa.array(ms, pa.int64())
-    return pc.multiply(arr, 1000).cast(_TS)
+    return pc.multiply_checked(arr, 1000).cast(_TS)
 
 
 class Combiner:
@@ -102,7 +104,7 @@ class Combiner:
 
     def __init__(self, rules: BatchRules) -> None:
         self.rules = rules
-        self.parser = ChunkParser(rules.max_record_bytes)
+        self.parser = ChunkParser()
         self._partials: list[pa.Table] = []
         self.malformed = 0
         self.future = 0
@@ -218,9 +220,7 @@ def reject_reasons(parsed: ParsedChunk, rules: BatchRules) -> tuple[np.ndarray, 
     future = rules.future(parsed)
     index = np.flatnonzero((parsed.verdict != OK) | future)
     reasons = [
-        rules.future_reason()
-        if future[i]
-        else malformed_reason(int(parsed.verdict[i]), rules.max_record_bytes)
+        rules.future_reason() if future[i] else malformed_reason(int(parsed.verdict[i]))
         for i in index
     ]
     return index, reasons

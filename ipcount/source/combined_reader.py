@@ -30,7 +30,6 @@ def batch_rules(
     skew = options.max_future_skew_ms
     return BatchRules(
         window_ms=options.window_ms,
-        max_record_bytes=options.max_record_bytes,
         max_future_skew_ms=skew,
         future_after_ms=batch_ms + skew if skew > 0 and batch_ms is not None else None,
         late_before_ms=late_before_ms,
@@ -61,7 +60,7 @@ def read_task(
         return
     if rng is None:
         return
-    parser = ChunkParser(rules.max_record_bytes)
+    parser = ChunkParser()
     for msgs in read_messages(options, rng):
         parsed = parser.parse(pa.array([m.value() for m in msgs], pa.binary()))
         index, reasons = reject_reasons(parsed, rules)

@@ -18,7 +18,7 @@ from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_con
 from ipcount.source.offsets import TopicPartitionKey
 from ipcount.source.options import SourceOptions
 
-__all__ = ["KafkaOffsetReader"]
+__all__ = ["KafkaOffsetReader", "nginx_event_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,18 @@ _RETRIABLE_METADATA = {
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
 }
+
+
+def nginx_event_ms(value: bytes | None) -> int | None:
+    """The event time (epoch ms) of a record that counts as an nginx combined-format line, or
+    None: the rule the read tasks count by, and no record content raises here (a line the driver
+    cannot use is only not a heartbeat base; the read tasks reject it with its reason)."""
+    if value is None:
+        return None
+    try:
+        return parse_record(value).event_ms
+    except ParseError:
+        return None
 
 
 class KafkaOffsetReader:
@@ -248,9 +260,8 @@ class KafkaOffsetReader:
     def _event_ms(self, msg: Any) -> int | None:
         """A record's trusted event time, or None (malformed, no timestamp, or too far ahead)."""
         if self._options.event_time_format == "nginx-combined":
-            try:
-                ts: int | None = parse_record(msg.value() or b"").event_ms
-            except ParseError:
+            ts: int | None = nginx_event_ms(msg.value())
+            if ts is None:
                 return None
         else:
             ts_type, ts = msg.timestamp()

@@ -1,149 +1,246 @@
-"""One parser truth: the vectorised parse the job's read tasks run (formats.arrow_parse, RE2 through
-Arrow) and the Python parse (ledger, driver, loadgen) accept and reject exactly the same lines and
-extract the same client IP and event time, on generated hostile combined-format lines; and the
-read task's rejects are exactly the lines the Python parser rejects."""
+"""One parser truth, and no content that can fail a query: over the whole line grammar (dates from
+year 1 to 9999, zone offsets -2359..+2359, `:60`, any month spelling, `\\xHH` escapes, NUL bytes,
+lines from 0 bytes to 1 MB), the vectorised parse the job's read tasks run (formats.arrow_parse,
+RE2 through Arrow), the Python parse (ledger, loadgen) and the driver's heartbeat base
+(source.offset_reader) reach the same verdict, the same client IP and event time when counted,
+and never raise anything but the typed rejection (ParseError)."""
 
 from __future__ import annotations
 
 import ipaddress
+import random
+from collections.abc import Sequence
+from typing import Protocol
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ipcount.formats.accesslog import ParseError, format_record, format_time_local, parse_record
-from ipcount.formats.arrow_parse import OK, TOO_LONG, ChunkParser
+from ipcount.formats.accesslog import (
+    ParseError,
+    TimeRangeError,
+    format_record,
+    format_time_local,
+    parse_record,
+)
+from ipcount.formats.arrow_parse import OK, TIME_RANGE, ChunkParser
+from ipcount.source.offset_reader import nginx_event_ms
 
-MAX_BYTES = 8192
 MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+# The instants a line may carry: around year 1 to around year 9999 (UTC), either side of both ends.
+MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_000
+ONE_MB = 1 << 20
 
 # Characters that break naive parsers: brackets, quotes, escapes, spaces of every kind, line
-# terminators RE2 and Python disagree on, Unicode digits and letters.
-HOSTILE = st.sampled_from(
+# terminators RE2 and Python disagree on, Unicode digits and letters, NUL.
+HOSTILE = (
     list('[]"\\ -/:+.')
-    + ["\\x22", '\\"', "\\\\", "\t", "\n", "\r", "\x0b", "\x1c", "\x85"]
-    + ["\u00a0", "\u2003", "\u2028", "\u0661", "\u00e9", "\U0001f600", "\x00", "\x7f"]
+    + ["\\x22", '\\"', "\\\\", "\\xC3\\xBC", "\\x00", "\\xZZ", "\t", "\n", "\r", "\x0b", "\x1c"]
+    + ["\x85", "\u00a0", "\u2003", "\u2028", "\u0661", "\u00e9", "\U0001f600", "\x00", "\x7f"]
 )
-TEXT = st.lists(st.one_of(HOSTILE, st.characters(codec="utf-8")), max_size=12).map("".join)
-WORD = st.one_of(st.just("-"), TEXT)
+# What a long field is made of: nginx's escapes (4 bytes per byte >= 0x7F), plain text, hostile.
+PAD = ["x", "\\xE2\\x82\\xAC", "\\x22", "%20", "a b", "\\\\", "\x00", '"', "]"]
+ODD_MONTHS = ["feb", "FEB", "Foo", "Sept", "Jun ", "Mär", "J\u0430n", "jAN", "Ja", "January"]
+ODD_IPS = ["999.1.1.1", "1.2.3", "1:2:3", "01.2.3.4", "1::2::3", "::", "-", "unix:/run/x.sock"]
+ODD_IPS += ["unix:", "UNIX:", "unix", "unix::", "1.2.3.4%eth0", "[::1]"]
+USERS = ["-", "evil] [01/Jan/2000:00:00:00 +0000]", "a b", " ", "x [y] z", "]", "]a [b", "\x00"]
 
 
-@st.composite
-def ips(draw: st.DrawFn) -> str:
-    kind = draw(st.integers(0, 5))
-    if kind == 0:
-        return str(ipaddress.IPv4Address(draw(st.integers(0, 2**32 - 1))))
-    if kind in (1, 2):
-        v6 = ipaddress.IPv6Address(draw(st.integers(0, 2**128 - 1)) >> draw(st.integers(0, 128)))
-        text = draw(st.sampled_from([v6.compressed, v6.exploded]))
-        return text.upper() if kind == 2 else text
+class Pick(Protocol):
+    """Where the generator's choices come from: hypothesis (shrinkable) or a seeded Random (cheap,
+    so one example can hold hundreds of lines)."""
+
+    def int(self, lo: int, hi: int) -> int: ...
+
+    def choice(self, options: Sequence[str]) -> str: ...
+
+
+class _Drawn:
+    def __init__(self, draw: st.DrawFn) -> None:
+        self.draw = draw
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, hi))
+
+    def choice(self, options: Sequence[str]) -> str:
+        return self.draw(st.sampled_from(options))
+
+
+class _Seeded:
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.rnd.randint(lo, hi)
+
+    def choice(self, options: Sequence[str]) -> str:
+        return self.rnd.choice(options)
+
+
+def _char(p: Pick) -> str:
+    if p.int(0, 2) == 0:
+        return p.choice(HOSTILE)
+    code = p.int(0, 0x10FFFF) if p.int(0, 3) == 0 else p.int(0x20, 0x7E)
+    return "?" if 0xD800 <= code <= 0xDFFF else chr(code)
+
+
+def _text(p: Pick, max_size: int = 12) -> str:
+    return "".join(_char(p) for _ in range(p.int(0, max_size)))
+
+
+def _ip(p: Pick) -> str:
+    kind = p.int(0, 12)
+    if kind <= 3:
+        return str(ipaddress.IPv4Address(p.int(0, 2**32 - 1)))
+    if kind <= 7:
+        v6 = ipaddress.IPv6Address(p.int(0, 2**128 - 1) >> p.int(0, 128))
+        text = p.choice([v6.compressed, v6.exploded])
+        return text.upper() if kind == 7 else text
+    if kind <= 9:
+        v4 = ipaddress.IPv4Address(p.int(0, 2**32 - 1))
+        prefix = p.choice(["::ffff:", "::FFFF:", "0:0:0:0:0:ffff:", "64:ff9b::"])
+        return prefix + p.choice([str(v4), f"{int(v4) >> 16:x}:{int(v4) & 0xFFFF:x}"])
+    if kind == 10:
+        return p.choice(ODD_IPS)
+    if kind == 11:
+        return "unix:"
+    return _text(p)
+
+
+def _time(p: Pick) -> str:
+    """Any $time_local-shaped text: every year 1..9999 (padded or not), any month spelling, day,
+    hour, minute, second up to :60 and beyond, offset -2359..+2359; or a date at either end."""
+    if p.int(0, 1):
+        year, day = p.int(1, 9999), f"{p.int(0, 39):02d}"
+        hms = f"{p.int(0, 29):02d}:{p.int(0, 69):02d}:{p.int(0, 69):02d}"
+        month = p.choice(MONTHS) if p.int(0, 2) else p.choice([*ODD_MONTHS, _char(p) * 3])
+    else:
+        # The first and last days of the range and of years nearby, where a zone offset moves
+        # the UTC instant out of it (year 9999 with a negative offset) or just inside.
+        date = p.choice(["31/Dec/9999", "01/Jan/0001", "01/Jan/1000", "31/Dec/9998", "29/Feb/2024"])
+        day, month, y = date.split("/")
+        year = int(y)
+        hms = p.choice(["00:00:00", "23:59:59", "23:59:60", "00:00:60", "12:00:00", "00:01:00"])
+    y = p.choice([f"{year:04d}", f"{year:04d}", str(year), f"{year:05d}", "٢٠٢٦"])
+    zone = f"{p.choice('+-')}{p.int(0, 23):02d}{p.int(0, 59):02d}"
+    return f"{day}/{month}/{y}:{hms} {zone}"
+
+
+def _user(p: Pick) -> str:
+    kind = p.int(0, 5)
+    if kind <= 2:
+        return "-"
     if kind == 3:
-        v4 = ipaddress.IPv4Address(draw(st.integers(0, 2**32 - 1)))
-        prefix = draw(st.sampled_from(["::ffff:", "::FFFF:", "0:0:0:0:0:ffff:", "64:ff9b::"]))
-        return prefix + draw(st.sampled_from([str(v4), f"{int(v4) >> 16:x}:{int(v4) & 0xFFFF:x}"]))
-    if kind == 4:
-        return draw(st.sampled_from(["999.1.1.1", "1.2.3", "1:2:3", "01.2.3.4", "1::2::3", "::"]))
-    return draw(TEXT)
+        return p.choice(USERS)
+    return _text(p, 10) or "-"
 
 
-@st.composite
-def times(draw: st.DrawFn) -> str:
-    if draw(st.booleans()):
-        # A well-formed time_local: any instant nginx could write, any zone offset Java accepts.
-        ms = draw(st.integers(-30_000_000_000_000, 250_000_000_000_000))
-        return format_time_local(ms, draw(st.integers(-18 * 60, 18 * 60)))
-    day = draw(st.sampled_from(["01", "28", "29", "30", "31", "32", "00", "1", "٠١"]))
-    month = draw(st.sampled_from([*MONTHS, "feb", "FEB", "Foo", "Sept"]))
-    year = draw(st.sampled_from(["2024", "2023", "2000", "1900", "1000", "0999", "9999", "0000"]))
-    hms = draw(st.sampled_from(["00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60"]))
-    zone = draw(st.sampled_from(["+0000", "-0000", "+1800", "-1800", "+1801", "+0060", "+2359"]))
-    return f"{day}/{month}/{year}:{hms} {zone}"
-
-
-# Legal but hostile field contents: $remote_user holds anything, spaces included (nginx escapes
-# only `"`, `\`, control bytes and bytes >= 0x7F in it; raw ones here make lines nginx cannot
-# write, which both parsers must reject alike), quoted fields anything (format_record escapes
-# them as nginx does).
-USER = st.one_of(
-    st.just("-"),
-    st.text(
-        alphabet=st.one_of(
-            st.sampled_from(list('[]"\\-:') + ["\u00a0", "\u2003", "\u0661", "\x85"]),
-            st.characters(codec="utf-8"),
-        ),
-        min_size=1,
-        max_size=10,
-    ),
-    # A `]` first, spaces and a fake time: what a client can send as its Basic-auth user name.
-    st.text(alphabet="[]ab ", min_size=1, max_size=4).map(lambda u: "]" + u),
-    st.sampled_from(["evil] [01/Jan/2000:00:00:00 +0000]", "a b", " ", "x [y] z"]),
-)
-FREE = st.one_of(TEXT, st.text(max_size=60))
-
-
-@st.composite
-def lines(draw: st.DrawFn) -> bytes:
-    """Mostly valid lines with hostile contents; a third of them broken in one place."""
-    ms = draw(st.integers(-30_000_000_000_000, 250_000_000_000_000))
-    offset = draw(st.integers(-18 * 60, 18 * 60))
-    ip = draw(ips())
+def _line(p: Pick) -> bytes | None:
+    """Mostly valid lines with hostile contents at any instant of the range; half broken in one
+    place (a time from the whole grammar, an IP, a tail, a cut to any length, non-UTF-8); no value
+    or 0 bytes now and then."""
+    kind = p.int(0, 40)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return b""
+    ms = p.int(MIN_MS + 86_400_000, MAX_MS - 86_400_000) if p.int(0, 3) else 1_764_000_000_000
+    offset = p.int(-18 * 60, 18 * 60)
+    ip = _ip(p)
     text = format_record(
         ip if " " not in ip and ip else "1.2.3.4",
         ms,
-        user=draw(USER),
-        path=draw(FREE),
-        referer=draw(FREE),
-        user_agent=draw(FREE),
-        status=draw(st.sampled_from([200, 404, 503])),
-        body_bytes=draw(st.integers(0, 10**9)),
+        user=_user(p),
+        path=_text(p, 30),
+        referer=_text(p),
+        user_agent=_text(p, 30),
+        status=int(p.choice(["200", "400", "414", "503"])),
+        body_bytes=p.int(0, 10**9),
         utc_offset_minutes=offset,
     )
-    mutation = draw(st.integers(0, 9))
-    if mutation == 1:
-        text = text.replace(f"[{format_time_local(ms, offset)}]", f"[{draw(times())}]", 1)
-    elif mutation == 2:
-        text = draw(ips()) + text[text.index(" ") :]
+    mutation = p.int(0, 13)
+    if mutation in (1, 2, 9):
+        text = text.replace(f"[{format_time_local(ms, offset)}]", f"[{_time(p)}]", 1)
     elif mutation == 3:
-        text += draw(st.sampled_from(["\n", "\r\n", " ", "\u2028", "\x85", '"']))
+        text = _ip(p) + text[text.index(" ") :]
     elif mutation == 4:
-        cut = draw(st.integers(0, len(text)))
-        text = text[:cut] + draw(st.sampled_from(['"', "\\", " ", "]", "[", "\n"])) + text[cut:]
+        text += p.choice(["\n", "\r\n", " ", "\u2028", "\x85", '"', "\x00"])
     elif mutation == 5:
-        text = text.replace(" 200 ", draw(st.sampled_from([" 2000 ", " ٢٠٠ ", " 20 "])), 1)
-    if mutation == 7:
-        text = text.replace(" HTTP/1.1", "/" + "x" * draw(st.integers(8000, 9000)) + " HTTP/1.1")
+        cut = p.int(0, len(text))
+        text = text[:cut] + p.choice(['"', "\\", " ", "]", "[", "\n", "\x00"]) + text[cut:]
+    elif mutation == 6:
+        text = text[: p.int(0, len(text))]  # truncated anywhere, down to 0 bytes
+    elif mutation == 7:
+        text = text.replace(" 200 ", p.choice([" 2000 ", " ٢٠٠ ", " 20 "]), 1)
     raw = text.encode("utf-8")
-    if mutation == 6:
-        raw += b"\xff"  # not UTF-8
+    if mutation == 8:
+        at = p.int(0, len(raw))
+        raw = (
+            raw[:at]
+            + p.choice(["\udcff", "\udcc3", "\udced\udca0\udc80"]).encode(
+                "utf-8", "surrogateescape"
+            )
+            + raw[at:]
+        )
     return raw
+
+
+def _huge_line(p: Pick) -> bytes:
+    """A line of 8 KB to 1 MB: a request, referer, user agent or user that long (what a real nginx
+    writes for 8 KB headers escaped 4x, and far beyond), valid or broken at its end, far from the
+    prefix."""
+    size = int(p.choice(["8192", "8192", "102400", "102400", "1048576"])) + p.int(-64, 64)
+    pad = p.choice(PAD)
+    long = (pad * (size // len(pad) + 1))[:size]
+    where = p.choice(["path", "referer", "user_agent", "user"])
+    fields = {where: long if where != "path" else "/" + long}
+    if where == "user":
+        fields["user"] = long.replace('"', "q")
+    ms = p.int(MIN_MS + 86_400_000, MAX_MS - 86_400_000)
+    text = format_record("2001:db8::1", ms, utc_offset_minutes=p.int(-60, 60), **fields)
+    return (text + p.choice(["", "", '"', " x", "\n", '\\"'])).encode("utf-8")
+
+
+@st.composite
+def drawn_lines(draw: st.DrawFn) -> bytes | None:
+    return _line(_Drawn(draw))
 
 
 def _python(line: bytes | None) -> tuple[str, str | None, int | None]:
     if line is None:
         return "malformed", None, None
-    if len(line) > MAX_BYTES:
-        return "too long", None, None
     try:
         rec = parse_record(line)
+    except TimeRangeError:
+        return "out of range", None, None
     except ParseError:
         return "malformed", None, None
     return "counted", rec.ip, rec.event_ms
 
 
 def _arrow(batch: list[bytes | None]) -> list[tuple[str, str | None, int | None]]:
-    parsed = ChunkParser(MAX_BYTES).parse(pa.array(batch, pa.binary()))
-    out = []
+    parsed = ChunkParser().parse(pa.array(batch, pa.binary()))
+    out: list[tuple[str, str | None, int | None]] = []
     for verdict, ms, ip in zip(parsed.verdict, parsed.event_ms, parsed.ip_index, strict=True):
         if verdict == OK:
             out.append(("counted", parsed.ips[ip], int(ms)))
         else:
-            out.append(("too long" if verdict == TOO_LONG else "malformed", None, None))
+            out.append(("out of range" if verdict == TIME_RANGE else "malformed", None, None))
     return out
 
 
-# 100 x 100-300 = at least 10,000 generated lines per run, each example one chunk.
+def _check(batch: list[bytes | None]) -> None:
+    for line, got in zip(batch, _arrow(batch), strict=True):
+        want = _python(line)
+        assert got == want, (line or b"")[:300]
+        # The driver's heartbeat base: the same event time, or none, and never an exception.
+        assert nginx_event_ms(line) == (want[2] if want[0] == "counted" else None)
+
+
+# 120 chunks of 260-309 lines (up to 8 drawn by hypothesis, the rest from a seed it draws):
+# at least 20,000 generated lines per run, each example one chunk, one in two with a huge line.
 @settings(
-    max_examples=100,
+    max_examples=120,
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,
@@ -151,13 +248,55 @@ def _arrow(batch: list[bytes | None]) -> list[tuple[str, str | None, int | None]
         HealthCheck.data_too_large,
     ],
 )
-@given(batch=st.lists(st.one_of(lines(), st.none()), min_size=100, max_size=300))
-def test_vectorised_and_python_parsers_agree_on_hostile_lines(batch: list[bytes | None]) -> None:
-    for line, got in zip(batch, _arrow(batch), strict=True):
-        assert got == _python(line), (line or b"")[:300]
+@given(
+    drawn=st.lists(drawn_lines(), max_size=8),
+    seed=st.integers(0, 2**64 - 1),
+    n=st.integers(260, 300),
+    huge=st.booleans(),
+)
+def test_both_parsers_and_the_heartbeat_base_agree_on_the_whole_grammar(
+    drawn: list[bytes | None], seed: int, n: int, huge: bool
+) -> None:
+    rnd = random.Random(seed)
+    seeded = _Seeded(rnd)
+    batch = drawn + [_line(seeded) for _ in range(n)]
+    if huge:
+        batch.insert(rnd.randint(0, len(batch)), _huge_line(seeded))
+    _check(batch)
 
 
 def test_a_chunk_with_one_non_utf8_line_rejects_only_that_line() -> None:
     good = format_record("10.0.0.1", 1_700_000_000_000).encode()
     got = _arrow([good, good + b"\xff", good])
     assert [kind for kind, _, _ in got] == ["counted", "malformed", "counted"]
+
+
+def test_year_9999_with_a_negative_offset_is_out_of_range_not_an_error() -> None:
+    line = b'1.2.3.4 - - [31/Dec/9999:23:59:59 -0100] "GET / HTTP/1.1" 200 1 "-" "-"'
+    last = b'1.2.3.4 - - [31/Dec/9999:23:59:59 +0000] "GET / HTTP/1.1" 200 1 "-" "-"'
+    first = b'1.2.3.4 - - [01/Jan/1000:00:00:00 +1800] "GET / HTTP/1.1" 200 1 "-" "-"'
+    assert _python(line) == ("out of range", None, None)
+    assert _arrow([line, last, first]) == [
+        ("out of range", None, None),
+        ("counted", "1.2.3.4", MAX_MS),
+        ("counted", "1.2.3.4", -30_610_288_800_000),  # 0999-12-31T06:00:00Z
+    ]
+    assert nginx_event_ms(line) is None
+
+
+def test_a_100_kb_line_nginx_writes_is_counted_by_both_parsers() -> None:
+    # 8 KB request line, referer and user agent of bytes >= 0x7F: nginx writes each as \xHH.
+    line = format_record(
+        "203.0.113.9",
+        1_700_000_000_000,
+        path="/" + "\\xC3\\xBC" * 1000,
+        referer="https://example.com/" + "\\xE2\\x82\\xAC" * 2700,
+        user_agent="Mozilla/5.0 " + "\\xF0\\x9F\\x98\\x80" * 2000,
+    ).encode()
+    assert len(line) > 90_000
+    assert _arrow([line]) == [_python(line)] == [("counted", "203.0.113.9", 1_700_000_000_000)]
+
+
+def test_a_unix_socket_client_is_counted_under_unix() -> None:
+    line = format_record("unix:", 1_700_000_000_000).encode()
+    assert _arrow([line]) == [_python(line)] == [("counted", "unix:", 1_700_000_000_000)]

@@ -8,6 +8,7 @@ Run it with `ipcount run`, or with spark-submit (the same CLI):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +44,34 @@ _HEARTBEAT_SLACK_MS = 1000
 
 @dataclass
 class JobQueries:
-    """The running queries of one job: the counts query and, when enabled, the dead-letter query."""
+    """The running queries of one job: the counts query and, when enabled, the dead-letter query.
+
+    The dead-letter query judges records by the counting query's batches. Under AvailableNow it
+    can only start once the counting query has planned its last batch: it is then `pending` until
+    `advance()` sees the counting query end."""
 
     counts: Any
     dead_letter: Any | None = None
+    pending: Callable[[], Any] | None = None
 
     def all(self) -> list[Any]:
         return [q for q in (self.counts, self.dead_letter) if q is not None]
+
+    def advance(self) -> bool:
+        """Start the pending dead-letter query once the counting query ended cleanly; True when
+        it was started."""
+        if self.pending is None or self.counts.isActive or self.counts.exception() is not None:
+            return False
+        start, self.pending = self.pending, None
+        self.dead_letter = start()
+        return True
+
+    def await_available_now(self, timeout: float) -> None:
+        """Wait for an AvailableNow run to end: the counting query, then the dead-letter query."""
+        self.counts.awaitTermination(timeout)
+        self.advance()
+        if self.dead_letter is not None:
+            self.dead_letter.awaitTermination(timeout)
 
 
 def _ms(seconds: float) -> int:
@@ -63,6 +85,7 @@ def source_options(
     heartbeats: bool = True,
     close_all_windows: bool = False,
     query_checkpoint: str = "",
+    counts_checkpoint: str = "",
 ) -> dict[str, str]:
     """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
 
@@ -70,18 +93,19 @@ def source_options(
     `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
     time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
     checkpoint, whose offset log gives each batch's time (future records) and watermark (late
-    records).
+    records). `counts_checkpoint` (output=rejects): the counting query's checkpoint, whose batches
+    the dead letters follow, so that both queries give each record one verdict.
     """
     job = settings.job
     opts = {
         "subscribe": settings.topics.source,
         "output": output,
         "windowMs": str(_ms(job.window_seconds)),
-        "maxRecordBytes": str(job.max_record_bytes),
         "lateCorrections": "true" if job.late_corrections else "false",
         "eventTimeFormat": "nginx-combined",
         "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
         "availableNowFlush": "all" if close_all_windows else "data",
+        "watermarkDelayMs": str(_ms(job.watermark_delay_seconds)),
         "startingOffsets": job.starting_offsets,
         "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
         "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
@@ -93,6 +117,8 @@ def source_options(
         opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
     if query_checkpoint:
         opts["queryCheckpoint"] = query_checkpoint
+    if counts_checkpoint:
+        opts["countsCheckpoint"] = counts_checkpoint
     if heartbeats:
         opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
         opts["heartbeatMaxAdvanceMs"] = str(
@@ -272,17 +298,30 @@ def start_job(
     )
     queries = JobQueries(counts_query)
     if settings.job.dead_letter:
-        queries.dead_letter = _start_dead_letter(
-            spark, settings, checkpoint + "-dead-letter", available_now, new_query
-        )
+
+        def dead_letter() -> Any:
+            return _start_dead_letter(
+                spark, settings, checkpoint, checkpoint + "-dead-letter", available_now, new_query
+            )
+
+        if available_now:
+            queries.pending = dead_letter
+        else:
+            queries.dead_letter = dead_letter()
     return queries
 
 
 def _start_dead_letter(
-    spark: Any, settings: Settings, checkpoint: str, available_now: bool, new_query: bool
+    spark: Any,
+    settings: Settings,
+    counts_checkpoint: str,
+    checkpoint: str,
+    available_now: bool,
+    new_query: bool,
 ) -> Any:
     """Records not counted (malformed, future), raw, to topics.dead_letter with their reason in
-    the header `ipcount.reason`: a stateless query with its own checkpoint."""
+    the header `ipcount.reason`: a stateless query with its own checkpoint, following the counting
+    query's batches (each record gets the verdict that query gave it)."""
     from pyspark.sql import functions as F
 
     query_id = checkpoint_query_id(spark, checkpoint)
@@ -290,7 +329,11 @@ def _start_dead_letter(
         settings, query_id, checkpoint, settings.topics.dead_letter, new_query
     )
     opts = source_options(
-        settings, output="rejects", heartbeats=False, query_checkpoint=absolute_location(checkpoint)
+        settings,
+        output="rejects",
+        heartbeats=False,
+        query_checkpoint=absolute_location(checkpoint),
+        counts_checkpoint=absolute_location(counts_checkpoint),
     )
     bad = spark.readStream.format("ipcount-kafka").options(**opts).load()
     # A dead letter must be writable whatever the source held (a record near the broker's size

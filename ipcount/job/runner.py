@@ -69,6 +69,8 @@ def _wait(queries: JobQueries, watch: _Watch) -> Any:
         for q in queries.all():
             if not q.isActive and q.exception() is not None:
                 return q.exception()
+        if queries.advance():
+            logger.info("the counting query is done: the dead-letter query follows its batches")
         active = [q for q in queries.all() if q.isActive]
         if not active:
             return None

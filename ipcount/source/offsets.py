@@ -6,7 +6,7 @@ Runs on the driver (planning) and on executors (partition objects); all of it is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,17 @@ __all__ = [
     "plan_ranges",
     "next_heartbeat",
     "flush_heartbeat",
+    "Verdicts",
+    "follow_batches",
+    "split_by_verdicts",
 ]
 
 # (topic, partition)
 TopicPartitionKey = tuple[str, int]
+
+# Per partition, the batches of the counting query that read it: (end offset, batch time ms),
+# ascending. A record at offset o was judged by the first batch whose end is above o.
+Verdicts = dict[TopicPartitionKey, tuple[tuple[int, int], ...]]
 
 # Spark's Kafka source uses these in startingOffsets JSON for "earliest" / "latest".
 EARLIEST = -2
@@ -53,12 +60,15 @@ class SourceOffset:
     """The source's offset in Spark's checkpoint: next offset per topic partition, plus a heartbeat.
 
     JSON: {"offsets": {"topic": {"0": 42, "1": 17}}, "heartbeat": {"seq": 1, "ts": .., "base": ..}}
-    ("heartbeat" only when the batch ending here emits one). Keys are written in a fixed order, so
-    equal offsets always serialize to equal JSON (Spark compares offsets as strings).
+    ("heartbeat" only when the batch ending here emits one; "verdicts", {"topic": {"0": [[end,
+    batch_ms], ..]}}, only in the dead-letter query: the counting query's batches this batch's
+    records were judged by). Keys are written in a fixed order, so equal offsets always serialize
+    to equal JSON (Spark compares offsets as strings).
     """
 
     offsets: dict[TopicPartitionKey, int]
     heartbeat: Heartbeat | None = None
+    verdicts: Verdicts | None = None
 
     def to_json(self) -> dict[str, Any]:
         by_topic: dict[str, dict[str, int]] = {}
@@ -67,6 +77,13 @@ class SourceOffset:
         out: dict[str, Any] = {"offsets": by_topic}
         if self.heartbeat is not None:
             out["heartbeat"] = self.heartbeat.to_json()
+        if self.verdicts is not None:
+            judged: dict[str, dict[str, list[list[int]]]] = {}
+            for topic, partition in sorted(self.verdicts):
+                judged.setdefault(topic, {})[str(partition)] = [
+                    [int(end), int(ts)] for end, ts in self.verdicts[(topic, partition)]
+                ]
+            out["verdicts"] = judged
         return out
 
     @classmethod
@@ -86,12 +103,22 @@ class SourceOffset:
             }
             hb = obj.get("heartbeat")
             heartbeat = Heartbeat(int(hb["seq"]), int(hb["ts"]), int(hb["base"])) if hb else None
+            judged = obj.get("verdicts")
+            verdicts = (
+                {
+                    (str(topic), int(partition)): tuple((int(e), int(t)) for e, t in bounds)
+                    for topic, parts in judged.items()
+                    for partition, bounds in parts.items()
+                }
+                if judged is not None
+                else None
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SourceError(
                 f"checkpointed offset {obj!r} is not an ipcount-kafka offset "
                 "(was the checkpoint written by another source? use a new checkpointLocation)"
             ) from exc
-        return cls(offsets, heartbeat)
+        return cls(offsets, heartbeat, verdicts)
 
     def same_position(self, other: SourceOffset) -> bool:
         """Whether both offsets point at the same records (heartbeats aside)."""
@@ -273,3 +300,59 @@ def flush_heartbeat(prev: Heartbeat | None, base: int, max_advance_ms: int) -> H
     if prev.ts == cap:
         return Heartbeat(seq=prev.seq + 1, ts=cap + 1, base=base)
     return None
+
+
+def follow_batches(
+    start: Mapping[TopicPartitionKey, int],
+    end: Mapping[TopicPartitionKey, int],
+    batches: Sequence[tuple[Mapping[TopicPartitionKey, int], int]],
+    max_batches: int,
+) -> tuple[dict[TopicPartitionKey, int], Verdicts]:
+    """The end offsets a follower (the dead-letter query) may read up to, and the verdicts its
+    records get: those of the counting query's `batches` ((end offsets, batch time ms), in batch
+    order) that read them.
+
+    Only records the counting query has planned are judged: each partition's end is capped at
+    the end of the last batch taken, and at most `max_batches` batches past `start` are taken.
+    """
+    ahead = [
+        (ends, ts) for ends, ts in batches if any(ends.get(tp, 0) > start.get(tp, 0) for tp in end)
+    ][:max_batches]
+    capped: dict[TopicPartitionKey, int] = {}
+    verdicts: Verdicts = {}
+    for tp in sorted(end):
+        pos, stop = start.get(tp, 0), end[tp]
+        bounds: list[tuple[int, int]] = []
+        for ends, ts in ahead:
+            if pos >= stop:
+                break
+            b_end = ends.get(tp, 0)
+            if b_end <= pos:
+                continue  # this batch read nothing of tp past pos
+            pos = min(b_end, stop)
+            bounds.append((pos, ts))
+        capped[tp] = max(pos, start.get(tp, 0)) if bounds else start.get(tp, 0)
+        if bounds:
+            verdicts[tp] = tuple(bounds)
+    return capped, verdicts
+
+
+def split_by_verdicts(
+    ranges: Sequence[OffsetRange], verdicts: Verdicts
+) -> list[tuple[OffsetRange, int | None]]:
+    """Each range cut where the counting query's batches end, with the batch time its records
+    were judged by (None where `verdicts` says nothing of that partition)."""
+    out: list[tuple[OffsetRange, int | None]] = []
+    for r in ranges:
+        begin = r.start
+        for b_end, ts in verdicts.get((r.topic, r.partition), ()):
+            if b_end <= begin:
+                continue
+            stop = min(b_end, r.end)
+            out.append((OffsetRange(r.topic, r.partition, begin, stop), ts))
+            begin = stop
+            if begin >= r.end:
+                break
+        if begin < r.end:
+            out.append((OffsetRange(r.topic, r.partition, begin, r.end), None))
+    return out

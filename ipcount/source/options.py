@@ -31,12 +31,16 @@ _KNOWN = {
     "maxfutureskewms",
     "availablenowflush",
     "querycheckpoint",
+    "countscheckpoint",
+    "watermarkdelayms",
     "maxbytesperbatch",
     "output",
     "windowms",
-    "maxrecordbytes",
     "latecorrections",
 }
+# Options that no longer do anything but are still accepted, so a job that sets them keeps
+# starting. maxRecordBytes: a record's length never decides whether it counts (issue 28).
+_RETIRED = {"maxrecordbytes"}
 # How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
 # $time_local of valid nginx combined-format lines (what the ipcount job counts).
 EVENT_TIME_FORMATS = ("kafka-timestamp", "nginx-combined")
@@ -104,13 +108,18 @@ class SourceOptions:
     # The reading query's checkpointLocation: each batch's rows carry the watermark its late
     # records are judged by (column late_before), read from that checkpoint's offset log.
     query_checkpoint: str = ""
+    # output=rejects: the counting query's checkpointLocation. The dead letters follow its
+    # batches, and each record is judged by the batch time of the batch that counted it.
+    counts_checkpoint: str = ""
+    # The query's watermark delay: availableNowFlush=all closes the window of the newest event
+    # time, and no more, by moving event time to that window's end plus this delay.
+    watermark_delay_ms: int = 0
     # A read task hands its records to Spark in Arrow batches of at most this many value bytes
     # (or BATCH_ROWS records, whichever comes first).
     max_bytes_per_batch: int = 16 * 1024 * 1024
     output: str = "records"
-    # output=counts|rejects: the tumbling window length, and the longest record that can count.
+    # output=counts|rejects: the tumbling window length (records count at any length).
     window_ms: int = 5_000
-    max_record_bytes: int = 8192
     # output=counts: records of already-emitted windows count as corrections (late=true); off,
     # they are left to Spark, which drops them (numRowsDroppedByWatermark).
     late_corrections: bool = True
@@ -171,7 +180,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     kafka = {k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")}
     for key in opts:
-        if key.startswith("kafka.") or key in _KNOWN or key == "path":
+        if key.startswith("kafka.") or key in _KNOWN or key in _RETIRED or key == "path":
             continue
         if key in _UNSUPPORTED:
             raise ConfigError(
@@ -239,13 +248,14 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         max_future_skew_ms=skew,
         available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
         query_checkpoint=opts.get("querycheckpoint", "").strip(),
+        counts_checkpoint=opts.get("countscheckpoint", "").strip(),
+        watermark_delay_ms=_int(opts, "watermarkdelayms", "watermarkDelayMs", 0, 0) or 0,
         max_bytes_per_batch=_int(
             opts, "maxbytesperbatch", "maxBytesPerBatch", 16 * 1024 * 1024, 1024
         )
         or 16 * 1024 * 1024,
         output=output,
         window_ms=_int(opts, "windowms", "windowMs", 5_000, 1) or 5_000,
-        max_record_bytes=_int(opts, "maxrecordbytes", "maxRecordBytes", 8192, 1) or 8192,
         late_corrections=_bool(opts, "latecorrections", "lateCorrections", True),
     )
 

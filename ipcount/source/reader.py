@@ -6,7 +6,7 @@ Option `output` chooses what the read tasks hand Spark (schemas in source.schema
   and pre-aggregate them, one row per (window, client IP, late) with its count and newest event
   time, plus per-task tallies of malformed and future records; heartbeats as rows of their own;
 - `rejects`: only the records `counts` leaves out (malformed, future), raw, with their reason.
-`counts` and `rejects` take windowMs, maxRecordBytes, maxFutureSkewMs (judged against the batch's
+`counts` and `rejects` take windowMs, maxFutureSkewMs (judged against the batch's
 time from the queryCheckpoint's offset log, so it is required with a skew bound) and
 lateCorrections (default true: records of windows ending by the batch's late_before are late).
 
@@ -22,28 +22,31 @@ the last records read (eventTimeFormat: their Kafka timestamps, or the $time_loc
 lines), never more than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with
 two flush heartbeats (the first rides on the batch that reads the last records, the second is a
 batch of its own): availableNowFlush=data puts them at that newest event time, so Spark emits the
-windows the data closed and the checkpoint's watermark stays where the data put it; =all puts them
-at the cap, closing every window (later records of those windows are then late). Real records stop
-heartbeats. Heartbeats live in the offset: a replayed batch yields the same rows. With option
-queryCheckpoint (the reading query's checkpointLocation), every row's late_before is the watermark
-Spark judges this batch's late rows by (the previous batch's, from the offset log; see
-checkpoint.offset_log); without it, null.
+windows the data closed and the checkpoint's watermark stays where the data put it; =all waits for
+the data batches, then puts them at the end of the newest counted event's window plus
+watermarkDelayMs (from the queryCheckpoint's commit log), closing exactly the windows that hold
+data. Real records stop heartbeats. With option countsCheckpoint (output=rejects: the dead-letter
+query), the reader follows that counting query's offset log: it reads only what that query has
+planned and judges each record by that query's batch time for it (kept in its own offsets).
+Heartbeats live in the offset: a replayed batch yields the same rows. With option queryCheckpoint
+(the reading query's checkpointLocation), every row's late_before is the watermark Spark judges this
+batch's late rows by (the previous batch's, from the offset log; see checkpoint.offset_log); without
+it, null.
 
 Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
 maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
 kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
 heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs (0 =
-no bound), availableNowFlush (data | all), queryCheckpoint, brokerQuirks (none | noida-db), output
-(records | counts | rejects), windowMs, maxRecordBytes, lateCorrections, and
-kafka.* passed to librdkafka (kafka.bootstrap.servers required; kafka.isolation.level defaults to
-read_committed). Lag per partition is reported through reportLatestOffset (the Python API has no
-source-metrics hook).
+no bound), availableNowFlush (data | all), watermarkDelayMs, queryCheckpoint, countsCheckpoint,
+brokerQuirks (none | noida-db), output (records | counts | rejects), windowMs,
+lateCorrections, and kafka.* passed to librdkafka (kafka.bootstrap.servers required;
+kafka.isolation.level defaults to read_committed). Lag per partition is reported through
+reportLatestOffset (the Python API has no source-metrics hook).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -57,14 +60,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ipcount.errors import SourceError
+from ipcount.source.follow import CountsFollower
+from ipcount.source.heartbeats import HeartbeatPlanner
 from ipcount.source.offsets import (
-    Heartbeat,
     OffsetRange,
     SourceOffset,
     TopicPartitionKey,
-    flush_heartbeat,
-    next_heartbeat,
     plan_ranges,
+    split_by_verdicts,
     spread_limit,
 )
 from ipcount.source.options import SourceOptions, parse_options
@@ -131,9 +134,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Driver-only state: clients are created on first use, never pickled.
         self._kafka: Any = None
         self._target: dict[TopicPartitionKey, int] | None = None
-        self._idle_since: float | None = None
-        self._base_cache: tuple[tuple[tuple[TopicPartitionKey, int], ...], int | None] | None = None
         self._report: dict[str, Any] | None = None
+        self._planner: HeartbeatPlanner | None = None
+        self._follower = (
+            CountsFollower(self.options.counts_checkpoint)
+            if self.options.counts_checkpoint
+            else None
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -149,6 +156,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             self._kafka = KafkaOffsetReader(self.options)
         return self._kafka
+
+    @property
+    def _heartbeats(self) -> HeartbeatPlanner:
+        if self._planner is None:
+            self._planner = HeartbeatPlanner(self.options, self._offsets)
+        return self._planner
 
     # --- driver ---------------------------------------------------------------------------
 
@@ -200,88 +213,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = available
         else:
             raise SourceError(f"ipcount-kafka does not support the read limit {limit!r}")
+        verdicts = None
+        if self._follower is not None:
+            end, verdicts = self._follower.follow(begin.offsets, end)
         self._report = _lag_report(latest, end)
+        now = self._target is not None
         if any(end[tp] > begin.offsets.get(tp, 0) for tp in end):
-            self._idle_since = time.monotonic()
-            return SourceOffset(end, self._final_flush(end, available)).to_json()
+            self._heartbeats.records_read()
+            flush = self._heartbeats.final_flush(end, available, now)
+            return SourceOffset(end, flush, verdicts).to_json()
         if end != begin.offsets:
             # Partitions appeared or vanished, but no new records: keep the idle clock running.
             return SourceOffset(end, begin.heartbeat).to_json()
-        heartbeat = self._heartbeat(begin, latest) if self.options.heartbeats else None
+        heartbeat = self._heartbeats.next(begin, latest, now) if self.options.heartbeats else None
         if heartbeat is None:
             return start
         logger.info("source idle: heartbeat %d at event time %d ms", heartbeat.seq, heartbeat.ts)
         return SourceOffset(begin.offsets, heartbeat).to_json()
-
-    def _final_flush(
-        self, end: dict[TopicPartitionKey, int], available: dict[TopicPartitionKey, int]
-    ) -> Heartbeat | None:
-        """The first flush heartbeat, carried by the data batch that completes an AvailableNow run.
-
-        Riding on the last data batch saves a whole micro-batch (~1-3 s) per run: that batch moves
-        the watermark past every window, and the one heartbeat batch after it emits them.
-        """
-        if self._target is None or not self.options.heartbeats or end != available:
-            return None
-        return self._flush(None, end)
-
-    def _flush(
-        self, prev: Heartbeat | None, tail: dict[TopicPartitionKey, int]
-    ) -> Heartbeat | None:
-        """AvailableNow's next flush heartbeat after `prev`, based on the last record below `tail`
-        (or prev's base); None once both were sent or when there are no records."""
-        base = prev.base if prev is not None else self._latest_event_ms(tail)
-        if base is None:
-            return None
-        if self.options.available_now_flush == "data":
-            # End at the newest event time: later runs lose nothing.
-            return flush_heartbeat(prev, base, 0)
-        # "all": past every window (the input is finished: the user's explicit choice). With a
-        # future-skew bound, no counted record is later than the planning clock + that bound, so
-        # event time moves past that too: a base that is only a lower bound (out-of-order tails)
-        # cannot leave a window open. The clock is read once: the heartbeat lives in the offset.
-        advance, skew = self.options.heartbeat_max_advance_ms, self.options.max_future_skew_ms
-        closing = prev is not None and prev.ts >= prev.base + advance  # the first was sent
-        if skew > 0 and not closing:
-            base = max(base, int(time.time() * 1000) + skew)
-        return flush_heartbeat(prev, base, advance)
-
-    def _heartbeat(
-        self, begin: SourceOffset, latest: dict[TopicPartitionKey, int]
-    ) -> Heartbeat | None:
-        prev = begin.heartbeat
-        opts = self.options
-        # The last records are read below the stable end (an open transaction may hold it back).
-        tail = {tp: min(off, latest.get(tp, 0)) for tp, off in begin.offsets.items()}
-        if self._target is not None:
-            return self._flush(prev, tail)
-        now = time.monotonic()
-        if self._idle_since is None:
-            # A restarted driver continues the idle time the last heartbeat stood for.
-            self._idle_since = now - ((prev.ts - prev.base) / 1000 if prev is not None else 0.0)
-        idle_ms = int((now - self._idle_since) * 1000)
-        if idle_ms < opts.idle_timeout_ms:
-            return None
-        base = prev.base if prev is not None else self._latest_event_ms(tail)
-        if base is None:
-            return None
-        return next_heartbeat(
-            prev,
-            base,
-            idle_ms,
-            idle_timeout_ms=opts.idle_timeout_ms,
-            max_advance_ms=opts.heartbeat_max_advance_ms,
-            interval_ms=opts.heartbeat_interval_ms,
-        )
-
-    def _latest_event_ms(self, offsets: dict[TopicPartitionKey, int]) -> int | None:
-        key = tuple(sorted(offsets.items()))
-        if self._base_cache is None or self._base_cache[0] != key:
-            # The planning clock bounds the base (future skew); the base is then kept in the offset,
-            # so a replayed batch reuses it and never reads the clock again.
-            now_ms = int(time.time() * 1000)
-            self._base_cache = (key, self._offsets.latest_event_ms(offsets, now_ms))
-        return self._base_cache[1]
 
     def _check_data_loss(
         self,
@@ -349,7 +297,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.options.max_records_per_partition,
         )
         late_before, batch_ms = self._batch_marks(end)
-        tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
+        if finish.verdicts is not None:
+            # Dead letters: each record judged at the time of the counting batch that read it.
+            tasks = [
+                KafkaInputPartition(rng, None, late_before, judged or None)
+                for rng, judged in split_by_verdicts(ranges, finish.verdicts)
+            ]
+        else:
+            tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
             if tasks:

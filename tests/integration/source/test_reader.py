@@ -264,29 +264,34 @@ def test_heartbeats_flush_replay_idle_advance_and_stop(
         last_event + 1,
     ]
 
-    # availableNowFlush=all (`ipcount run --close-all-windows`): the flush heartbeat is at last
-    # event + max advance; then one more heartbeat (1 ms later), so that Spark runs a batch with
-    # the watermark the flush moved. No batch of its own for the first flush: that would cost a
-    # micro-batch.
-    options = {**options, "availableNowFlush": "all"}
+    # availableNowFlush=all (`ipcount run --close-all-windows`): once the data batches are done,
+    # a heartbeat at the end of the newest event's window plus the watermark delay closes exactly
+    # the windows that hold data (no wall clock), and one more (1 ms later) lets Spark run a batch
+    # with the watermark it moved.
+    options = {
+        **options,
+        "availableNowFlush": "all",
+        "windowMs": "5000",
+        "watermarkDelayMs": "2000",
+    }
+    closing = BASE_MS + 10_000 + 2_000  # the window [BASE_MS + 5 s, + 10 s) holds last_event
     checkpoint = tmp_path / "once"
     sink = Collector()
     _run_available_now(_stream(spark, options), checkpoint, sink)
-    assert sorted(sink.batches) == [0, 1]
-    data = [r for r in sink.batches[0] if not r[7]]
-    (flush,) = [r for r in sink.batches[0] if r[7]]
-    assert len(data) == 15 and len(sink.batches[0]) == 16
+    assert sorted(sink.batches) == [0, 1, 2]
+    assert len(sink.batches[0]) == 15 and not any(r[7] for r in sink.batches[0])
+    (flush,) = sink.batches[1]
     assert flush[0] is None and flush[1] is None and (flush[3], flush[4]) == (-1, -1)
-    assert int(flush[5].timestamp() * 1000) == last_event + 4_000
-    (second,) = sink.batches[1]
-    assert second[7] is True and int(second[5].timestamp() * 1000) == last_event + 4_001
+    assert flush[7] is True and int(flush[5].timestamp() * 1000) == closing
+    (second,) = sink.batches[2]
+    assert second[7] is True and int(second[5].timestamp() * 1000) == closing + 1
 
-    # Replay: forget batch 1 and that batch 0 was committed; the restarted query re-runs batch 0
-    # with identical rows (the heartbeat lives in the offset), plans the same second flush, and
-    # then ends without another.
-    for name in ("1", ".1.crc"):
+    # Replay: forget the heartbeat batches and that any batch was committed; the restarted query
+    # re-runs batch 0 with identical rows, plans the same two heartbeats (they live in the
+    # offsets), and then ends without another.
+    for name in ("1", ".1.crc", "2", ".2.crc"):
         (checkpoint / "offsets" / name).unlink(missing_ok=True)
-    for name in ("0", ".0.crc", "1", ".1.crc"):
+    for name in ("0", ".0.crc", "1", ".1.crc", "2", ".2.crc"):
         (checkpoint / "commits" / name).unlink(missing_ok=True)
     replay = Collector()
     _run_available_now(_stream(spark, options), checkpoint, replay)

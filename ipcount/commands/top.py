@@ -33,13 +33,16 @@ its final count plus every correction for its (window, IP) read so far, and a li
 "(+K late)" says K of it came as corrections.
 
 A window is printed once its results have arrived: the job writes all of a window's results in one
-transaction, and a block is printed only when every partition of both topics has been read to its
-end, so no window is shown half-read. Without --follow, top reads both topics to their ends (however
-long they are, as long as records keep coming), prints every window (corrections already added in)
-and exits; --last K prints only the newest K windows and holds no more than K in memory. With
---follow it then keeps printing windows as they are committed; a correction that arrives for a
-window already printed prints an "update" block: what changed (+K late), the new total and the new
-ranking. A window that only late records reached has no final result; its block says so."""
+transaction, and top prints only up to a transaction boundary on every partition of both topics
+(their last stable offsets, taken when no commit is half-way through landing), once everything
+below it has been read, so no window is shown half-read; under sustained load each commit is
+printed within about a second, without waiting for the topics to go idle. Without --follow, top
+reads both topics to their ends (however long they are, as long as records keep coming), prints
+every window (corrections already added in) and exits; --last K prints only the newest K windows
+and holds no more than K in memory. With --follow it then keeps printing windows as they are
+committed; a correction that arrives for a window already printed prints an "update" block: what
+changed (+K late), the new total and the new ranking. A window that only late records reached has
+no final result; its block says so."""
 
 
 def register(sub: Any) -> None:
@@ -137,8 +140,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         noted = dict(book.forgotten_by_kind)
 
     with ResultFeed(settings, with_late=not args.no_late) as feed:
-        # Caught up, not merely past the ends as they were at the start: a transaction committed
-        # meanwhile is then read in full, never in part.
+        # Up to a cut taken after the start: every transaction committed before it, in full.
         feed.catch_up(book, stall_seconds=_STALL_SECONDS)
         emit()
         if not args.follow:
@@ -155,7 +157,7 @@ def _follow(args: argparse.Namespace, feed: ResultFeed, book: WindowBook, emit: 
     seen, last = book.seq, time.monotonic()
     while True:
         try:
-            caught_up = feed.step(book)
+            at_cut = feed.step(book)
         except BrokerError as exc:
             if str(exc) != broken:
                 print(f"ipcount top: {exc} (retrying)", file=sys.stderr, flush=True)
@@ -163,7 +165,7 @@ def _follow(args: argparse.Namespace, feed: ResultFeed, book: WindowBook, emit: 
             time.sleep(1)
             continue
         broken = None
-        if caught_up:
+        if at_cut:
             emit()
         now = time.monotonic()
         if book.seq != seen:

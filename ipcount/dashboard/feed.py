@@ -1,5 +1,5 @@
 """Reads the sink's final results and the late corrections with read_committed into a WindowBook,
-reporting when it has caught up (every committed transaction read in full). CLI side."""
+cut at transaction boundaries: the book only ever holds whole transactions. CLI side."""
 
 from __future__ import annotations
 
@@ -17,17 +17,32 @@ __all__ = ["ResultFeed"]
 
 logger = logging.getLogger(__name__)
 
-# One look at each topic per step: short, so two topics are read in turn without waiting long.
-_POLL_SECONDS = 0.2
+# One look at each topic per step: short, so a cut is looked for several times a second.
+_POLL_SECONDS = 0.1
+# While a partition holds undecided records, its last stable offsets are a cut only once none
+# has moved for this long: an open transaction that is not committing (a stopped job's, until
+# the broker aborts it), not a commit whose markers have landed on some partitions only.
+_STILL_SECONDS = 5.0
+
+# A cut: for each (reader index, partition), the offset the book holds every record below.
+Cut = dict[tuple[int, int], int]
 
 
 class ResultFeed:
     """topics.sink (kind 'final') and, `with_late`, topics.late (kind 'late'), read from the
     beginning with isolation.level=read_committed. Use as a context manager.
 
-    A window's results are written in one transaction, spread over partitions; the feed only says
-    it has caught up when every partition of both topics is read to its last stable offset, so a
-    caller that looks at the book then never sees half a window.
+    The job writes a batch's results and corrections in one transaction over several partitions
+    of both topics, and a read_committed reader may receive them over several polls. The feed
+    applies records to the book only up to a cut: per partition, a last stable offset (below it
+    every transaction is decided, and read_committed shows each whole). A cut is taken when
+    every partition's last stable offset equals its high watermark queried after it (no
+    partition held an undecided record, so no commit was half-way through landing on its
+    partitions), or when a partition holds an open transaction but no last stable offset has
+    moved for _STILL_SECONDS (no commit is landing). `step` says True once every record below
+    the cut has been read: the book then holds every transaction below it in full and none in
+    part; records read past the cut wait for the next one. No look needs the topics to be idle,
+    so under sustained load each commit is in the book within a few steps.
     """
 
     def __init__(self, settings: Settings, *, with_late: bool = True) -> None:
@@ -35,6 +50,10 @@ class ResultFeed:
         self.with_late = with_late
         self.records = 0
         self._readers: list[tuple[TopicReader, str, Codec]] = []
+        self._held: dict[int, list[SinkRecord]] = {}  # per reader: read, not yet below a cut
+        self._target: Cut | None = None  # the cut being read towards
+        self._last_ends: Cut | None = None  # the last stable offsets at the previous look
+        self._ends_since = 0.0  # when they last moved (monotonic)
 
     def __enter__(self) -> ResultFeed:
         self.open()
@@ -88,10 +107,10 @@ class ResultFeed:
             logger.debug("not shown (window older than the kept ones): %s %s", kind, result)
 
     def catch_up(self, book: WindowBook, stall_seconds: float = 30.0) -> None:
-        """Read both topics into `book` until caught up (as `step` says it): every transaction
-        committed by then is in the book in full, none in part. No overall deadline: a long topic
-        takes as long as it takes while records keep coming; an open transaction does not hold
-        it back (read_committed stops before it, and so does this).
+        """Read both topics into `book` up to a cut taken after this call began: every
+        transaction committed before it is in the book in full, none in part. No overall
+        deadline: a long topic takes as long as it takes while records keep coming; an open
+        transaction does not hold it back (read_committed stops before it, and so does this).
 
         Raises:
             IpcountError: no record arrived and no position moved for `stall_seconds` while
@@ -100,48 +119,93 @@ class ResultFeed:
             DecodeError: a record is not an IpCount.
         """
         mark, since = self._progress(), time.monotonic()
-        at_end: set[int] = set()  # readers found at their end since the last look at all
-        while True:
-            if len(at_end) == len(self._readers):
-                # One look at every topic with nothing arriving and all at their ends: only then
-                # is no transaction read in part (a commit since a reader's own look is seen).
-                if self.step(book):
-                    return
-                at_end.clear()
-            for i, (reader, kind, codec) in enumerate(self._readers):
-                if i in at_end:
-                    continue  # not polled again: an idle reader's back-off would slow the rest
-                if not self._apply(book, reader.poll(timeout=_POLL_SECONDS), kind, codec):
-                    if reader.caught_up():
-                        at_end.add(i)
+        while not self.step(book):
             now = self._progress()
             if now != mark:
                 mark, since = now, time.monotonic()
             elif time.monotonic() - since > stall_seconds:
-                behind = ", ".join(
-                    r.topic for i, (r, _, _) in enumerate(self._readers) if i not in at_end
-                )
-                raise IpcountError(
-                    f"reading {behind or 'the result topics'} made no progress for "
-                    f"{stall_seconds:g}s with records left to read: is the broker overloaded or "
-                    "going away? (kafka.bootstrap_servers)"
-                )
+                behind = self._behind()
+                if behind:
+                    raise IpcountError(
+                        f"reading {', '.join(behind)} made no progress for {stall_seconds:g}s "
+                        "with records left to read: is the broker overloaded or going away? "
+                        "(kafka.bootstrap_servers)"
+                    )
+                since = time.monotonic()  # everything read: the next look takes a cut
 
     def _progress(self) -> tuple[int, int]:
         """Records read and the sum of all positions (which also move past aborted records
         and transaction markers)."""
-        return self.records, sum(sum(r.positions().values()) for r, _, _ in self._readers)
+        held = sum(len(h) for h in self._held.values())
+        return self.records + held, sum(sum(r.positions().values()) for r, _, _ in self._readers)
+
+    def _behind(self) -> list[str]:
+        """Topics with a partition whose position is below its readable end."""
+        out = []
+        for reader, _, _ in self._readers:
+            pos, ends = reader.positions(), reader.ends()
+            if any(pos.get(p, 0) < end for p, end in ends.items()):
+                out.append(reader.topic)
+        return out
 
     def step(self, book: WindowBook) -> bool:
-        """One look at each topic, applying what arrived to `book`. Returns True when caught up:
-        nothing arrived and every partition of both topics is read to its end.
+        """One look at each topic, applying to `book` what arrived below the cut being read
+        towards. Returns True when every record below that cut has been read (then the book
+        holds every transaction committed below it in full, none in part); idle topics answer
+        True at every step.
 
         Raises:
             BrokerError: the end offsets could not be queried (the broker is unreachable).
+            DecodeError: a record is not an IpCount.
         """
-        got = 0
-        for reader, kind, codec in self._readers:
-            got += self._apply(book, reader.poll(timeout=_POLL_SECONDS), kind, codec)
-        if got:
+        for i, (reader, kind, codec) in enumerate(self._readers):
+            records = reader.poll(timeout=_POLL_SECONDS)
+            if records:
+                self._held.setdefault(i, []).extend(records)
+        if self._target is None:
+            self._target = self._next_cut()
+            if self._target is None:
+                return False
+        self._release(book, self._target)
+        if not self._reached(self._target):
             return False
-        return all(reader.caught_up() for reader, _, _ in self._readers)
+        self._target = None
+        return True
+
+    def _next_cut(self) -> Cut | None:
+        """The last stable offsets of every partition if they are a cut between whole
+        transactions (see the class docstring), else None (look again at the next step)."""
+        ends: Cut = {}
+        for i, (reader, _, _) in enumerate(self._readers):
+            ends.update({(i, p): end for p, end in reader.ends().items()})
+        # Queried after the ends: a high watermark equal to a partition's last stable offset
+        # then says nothing on it was undecided when its last stable offset was read.
+        highs: Cut = {}
+        for i, (reader, _, _) in enumerate(self._readers):
+            highs.update({(i, p): high for p, high in reader.high_watermarks().items()})
+        now = time.monotonic()
+        if ends != self._last_ends:
+            self._last_ends, self._ends_since = ends, now
+        if all(end >= highs.get(key, end) for key, end in ends.items()):
+            return ends
+        if now - self._ends_since >= _STILL_SECONDS:
+            return ends  # an open transaction, and no commit landed for a long while
+        return None
+
+    def _release(self, book: WindowBook, cut: Cut) -> None:
+        """Apply the held records below `cut` to `book`, in the order read; keep the rest."""
+        for i, held in self._held.items():
+            if not held:
+                continue
+            below = [r for r in held if r.offset < cut.get((i, r.partition), 0)]
+            if below:
+                _, kind, codec = self._readers[i]
+                self._held[i] = [r for r in held if r.offset >= cut.get((i, r.partition), 0)]
+                self._apply(book, below, kind, codec)
+
+    def _reached(self, cut: Cut) -> bool:
+        for i, (reader, _, _) in enumerate(self._readers):
+            pos = reader.positions()
+            if any(pos.get(p, 0) < end for (j, p), end in cut.items() if j == i):
+                return False
+        return True

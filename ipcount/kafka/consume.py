@@ -140,6 +140,10 @@ class TopicReader:
             raise
         self._assigned = False
         self._idle = _IDLE_BACKOFF_START
+        # Consumers that only look up ends, kept, per isolation level: a broker answers one
+        # connection's requests in order, so a lookup on the fetching consumer's connection
+        # waits behind its long-polling fetch (up to fetch.wait.max.ms, 500 ms by default).
+        self._probes: dict[str, Any] = {}
 
     def __enter__(self) -> TopicReader:
         return self
@@ -150,6 +154,9 @@ class TopicReader:
     def close(self) -> None:
         """Close the consumer (no offsets are committed)."""
         self._consumer.close()
+        for probe in self._probes.values():
+            probe.close()
+        self._probes = {}
 
     def watermarks(self) -> dict[int, tuple[int, int]]:
         """(low, high) offsets per partition: the true end, whatever this reader's isolation.
@@ -182,6 +189,44 @@ class TopicReader:
             ) from exc
         finally:
             probe.close()
+
+    def ends(self) -> dict[int, int]:
+        """Per partition, the end this reader may read to now: under read_committed the last
+        stable offset, a transaction boundary (every record below it is decided, the first
+        undecided record is at it); under read_uncommitted the high watermark. One ListOffsets
+        request per partition, from a consumer kept for this reader's life that fetches nothing.
+
+        Raises:
+            BrokerError: an end offset could not be queried (the broker is unreachable).
+        """
+        return self._ends(self.isolation)
+
+    def high_watermarks(self) -> dict[int, int]:
+        """Per partition, the true end (records of open transactions included), whatever this
+        reader's isolation; with `ends()` it tells whether a partition holds undecided records.
+        One ListOffsets request per partition, as for `ends()`.
+
+        Raises:
+            BrokerError: an end offset could not be queried (the broker is unreachable).
+        """
+        return self._ends("read_uncommitted")
+
+    def _ends(self, isolation: str) -> dict[int, int]:
+        consumer = self._probes.get(isolation)
+        if consumer is None:
+            consumer = Consumer(consumer_conf(self._base, isolation, "ipcount-probe"))
+            self._probes[isolation] = consumer
+        out = {}
+        for p in self.partitions:
+            try:
+                _, out[p] = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False
+                )
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot query the end of {self.topic}[{p}]: {describe_kafka_error(exc)}"
+                ) from exc
+        return out
 
     def positions(self) -> dict[int, int]:
         """The next offset this reader will read per partition (past transaction markers and
@@ -259,12 +304,14 @@ class TopicReader:
             out.append(rec)
         if out:
             self._idle = _IDLE_BACKOFF_START
+        elif not self.quirks.spins_on_empty_fetch:
+            pass  # the broker held the empty fetch open: no back-off, so no end to look up
         elif self._behind():
             # Records are there but their fetch has not arrived yet: releasing the partitions
             # now would drop that fetch, and a reader whose fetches always outlast one look
             # would never advance.
             self._idle = _IDLE_BACKOFF_START
-        elif self.quirks.spins_on_empty_fetch:
+        else:
             self.positions()  # keep what the consumer skipped (markers) before letting go
             self._consumer.unassign()
             self._assigned = False

@@ -30,36 +30,54 @@ def _r(window: int, ip: str, count: int) -> IpCount:
 
 
 # One poll of the script: records the job commits now (partition, result), then the partitions
-# whose next record this poll delivers (a fetch returns some partitions before others).
-Step = tuple[list[tuple[int, IpCount]], list[int]]
+# whose next record this poll delivers (a fetch returns some partitions before others), and
+# optionally the partitions where the commit marker has not landed yet during this poll (their
+# written records are undecided, not shown by read_committed).
+Step = (
+    tuple[list[tuple[int, IpCount]], list[int]]
+    | tuple[list[tuple[int, IpCount]], list[int], list[int]]
+)
 
 
 class FakeReader:
-    """A read_committed TopicReader over a scripted topic: `log` is what is committed."""
+    """A read_committed TopicReader over a scripted topic: `log` is what is written, `visible`
+    how much of each partition is committed (its last stable offset)."""
 
     def __init__(self, topic: str, log: dict[int, list[IpCount]], script: list[Step]) -> None:
         self.topic = topic
         self.log = log
         self.script = list(script)
         self.pos = dict.fromkeys(log, 0)
+        self.visible = {p: len(records) for p, records in log.items()}
 
     def poll(self, max_records: int = 10_000, timeout: float = 0.5) -> list[SinkRecord]:
-        commits, deliver = self.script.pop(0) if self.script else ([], list(self.log))
+        step = self.script.pop(0) if self.script else ([], list(self.log))
+        commits, deliver = step[0], step[1]
+        undecided = step[2] if len(step) > 2 else []  # type: ignore[misc]
         for p, result in commits:
             self.log[p].append(result)
+        for p in self.log:
+            if p not in undecided:
+                self.visible[p] = len(self.log[p])
         out = []
         for p in deliver:
-            if self.pos[p] < len(self.log[p]):
+            if self.pos[p] < self.visible[p]:
                 value = CODEC.encode(dataclasses.asdict(self.log[p][self.pos[p]]))
                 out.append(SinkRecord(self.topic, p, self.pos[p], None, value, 0))
                 self.pos[p] += 1
         return out
 
-    def positions(self) -> dict[int, int]:
-        return dict(self.pos)
+    def ends(self) -> dict[int, int]:
+        return dict(self.visible)
 
     def caught_up(self) -> bool:
-        return all(self.pos[p] >= len(log) for p, log in self.log.items())
+        return all(self.pos[p] >= end for p, end in self.visible.items())
+
+    def high_watermarks(self) -> dict[int, int]:
+        return {p: len(records) for p, records in self.log.items()}
+
+    def positions(self) -> dict[int, int]:
+        return dict(self.pos)
 
     def read_to_end(self, deadline_seconds: float = 60.0) -> Any:
         # As TopicReader's: until each partition passes its end as it was at the start.
@@ -111,6 +129,68 @@ def test_a_window_committed_while_top_reads_is_shown_whole(
     assert run_top(monkeypatch, FakeFeed((sink, "final")), "--json") == 0
     got = blocks(capsys.readouterr().out)
     assert [(b["window_start"], b["total"]) for b in got] == [(T0, 9), (T0 + W, 16)]
+
+
+def test_a_commit_landing_on_one_partition_before_another_is_never_shown_in_part() -> None:
+    # Window 1's commit marker lands on partition 0 two polls before partition 1: meanwhile
+    # read_committed shows partition 0's part of it and not yet partition 1's.
+    commit = [(0, _r(1, "10.0.0.1", 7)), (1, _r(1, "10.0.0.2", 9))]
+    sink = FakeReader(
+        "sink",
+        {0: [_r(0, "10.0.0.1", 5)], 1: [_r(0, "10.0.0.2", 4)]},
+        [([], [0, 1]), (commit, [0, 1], [1]), ([], [0, 1], [1])],
+    )
+    feed = FakeFeed((sink, "final"))
+    feed.open()
+    book = WindowBook()
+    shown = []
+    for _ in range(6):
+        if feed.step(book):
+            shown.append([(w.window_start, w.total) for w in book.top(2)])
+    assert shown and all(s in ([(T0, 9)], [(T0, 9), (T0 + W, 16)]) for s in shown), shown
+    assert shown[-1] == [(T0, 9), (T0 + W, 16)]
+
+
+def test_an_open_transaction_that_stays_open_holds_nothing_back_for_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A stopped job left a transaction open on partition 1 (until the broker aborts it): what
+    # was committed before it is shown once no last stable offset has moved for a while.
+    from ipcount.dashboard import feed as feed_module
+
+    monkeypatch.setattr(feed_module, "_STILL_SECONDS", 0.3)
+    stuck: list[Step] = [([(1, _r(1, "10.0.0.2", 9))], [0, 1], [1])]
+    stuck += [([], [0, 1], [1])] * 1000
+    sink = FakeReader("sink", {0: [_r(0, "10.0.0.1", 5)], 1: [_r(0, "10.0.0.2", 4)]}, stuck)
+    feed = FakeFeed((sink, "final"))
+    feed.open()
+    book = WindowBook()
+    start = time.monotonic()
+    while not feed.step(book):
+        assert time.monotonic() - start < 5, "never shown"
+        time.sleep(0.02)
+    assert time.monotonic() - start >= 0.3
+    assert [(w.window_start, w.total) for w in book.top(2)] == [(T0, 9)]
+
+
+def test_windows_are_shown_while_commits_keep_coming() -> None:
+    # A commit lands before every poll (sustained load): the topics are never idle, yet every
+    # window is shown, whole, a step or two after its commit.
+    n = 12
+    script: list[Step] = [
+        ([(0, _r(i, "10.0.0.1", 1)), (1, _r(i, "10.0.0.2", 2))], [0, 1]) for i in range(n)
+    ]
+    sink = FakeReader("sink", {0: [], 1: []}, script)
+    feed = FakeFeed((sink, "final"))
+    feed.open()
+    book = WindowBook()
+    shown_at: dict[int, int] = {}
+    for step in range(n):
+        if feed.step(book):
+            for w in book.top(2):
+                assert w.total == 3, (step, w)  # whole, never one partition's part
+                shown_at.setdefault(w.window_start, step)
+    assert all(shown_at.get(T0 + i * W, n) <= i + 2 for i in range(n - 2)), shown_at
 
 
 def test_a_long_backlog_is_read_to_its_end_while_records_keep_coming() -> None:

@@ -1,6 +1,7 @@
 """Shared fixtures: a session-wide local broker (or IPCOUNT_TEST_BOOTSTRAP), settings and topic factories.
 
-IPCOUNT_TEST_BROKER picks the local broker kind: noida-db (default) or kafka (Apache Kafka, KRaft).
+IPCOUNT_TEST_BROKER picks the local broker kind: kafka (Apache Kafka, KRaft; the default) or
+noida-db (the JVM-free stand-in).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _python_for_spark_workers() -> None:
 
 
 def _broker_kind() -> str:
-    kind = os.environ.get("IPCOUNT_TEST_BROKER", "noida-db")
+    kind = os.environ.get("IPCOUNT_TEST_BROKER", "kafka")
     if kind not in BROKER_KINDS:
         raise pytest.UsageError(
             f"IPCOUNT_TEST_BROKER={kind!r}: use one of {', '.join(BROKER_KINDS)}"
@@ -68,7 +69,7 @@ def _broker_kind() -> str:
 
 @pytest.fixture(scope="session")
 def broker_kind() -> str:
-    """The local broker kind tests start: env IPCOUNT_TEST_BROKER (noida-db or kafka)."""
+    """The local broker kind tests start: env IPCOUNT_TEST_BROKER (kafka or noida-db)."""
     return _broker_kind()
 
 

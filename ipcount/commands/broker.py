@@ -1,4 +1,4 @@
-"""`ipcount broker start|stop|status`: the local broker (noida-db or Apache Kafka) for development
+"""`ipcount broker start|stop|status`: the local broker (Apache Kafka or noida-db) for development
 and the demo."""
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ ORDER = 50
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "broker",
-        help="run the local development broker (noida-db or Apache Kafka)",
+        help="run the local development broker (Apache Kafka or noida-db)",
         description="Start, stop or check the local Kafka broker configured in [broker].",
     )
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument(
         "--kind",
         choices=BROKER_KINDS,
-        help="noida-db (embedded) or kafka (Apache Kafka, KRaft); default: broker.kind",
+        help="kafka (Apache Kafka, KRaft) or noida-db (JVM-free stand-in); default: broker.kind",
     )
     p.set_defaults(func=run)
 

@@ -22,6 +22,11 @@ __all__ = ["register", "ORDER"]
 
 ORDER = 5
 
+_BROKER_NAMES = {
+    "kafka": "a local Apache Kafka broker (KRaft, one node; broker.kind = kafka)",
+    "noida-db": "a local noida-db broker (the JVM-free stand-in; broker.kind = noida-db)",
+}
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -60,10 +65,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     broker = configured_broker(settings, work / "broker", free_port())
-    _say(
-        f"starting a local Kafka broker ({broker.kind}) on {broker.bootstrap}, "
-        f"data in {broker.data_dir}"
-    )
+    what = _BROKER_NAMES.get(broker.kind, broker.kind)
+    _say(f"starting {what} on {broker.bootstrap}, data in {broker.data_dir}")
     broker.start(timeout=settings.broker.start_timeout_seconds)
     ledger = work / "ledger.jsonl"
     checkpoint = work / "checkpoint"

@@ -152,8 +152,8 @@ class SinkSettings:
 class BrokerSettings:
     """The local broker that `ipcount broker` runs for development, the demo and the tests."""
 
-    # "noida-db" (embedded, from pip) or "kafka" (Apache Kafka in KRaft mode, from Maven Central).
-    kind: str = "noida-db"
+    # "kafka" (Apache Kafka in KRaft mode, from Maven Central) or "noida-db" (embedded, from pip).
+    kind: str = "kafka"
     host: str = "127.0.0.1"
     port: int = 9092
     data_dir: str = ".ipcount/broker"

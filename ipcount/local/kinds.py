@@ -1,4 +1,5 @@
-"""Which local broker to run: `broker.kind` ("noida-db", the embedded default, or "kafka")."""
+"""Which local broker to run: `broker.kind` ("kafka", Apache Kafka, the default; or "noida-db",
+the JVM-free stand-in)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ipcount.local.noida import NoidaBroker
 
 __all__ = ["BROKER_KINDS", "make_broker", "configured_broker"]
 
-BROKER_KINDS = ("noida-db", "kafka")
+BROKER_KINDS = ("kafka", "noida-db")
 
 
 def make_broker(

@@ -79,7 +79,9 @@ def add_bench_parser(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--start", help="first event time, ISO 8601 or epoch ms (default 2026-01-01Z)")
     p.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
-    p.add_argument("--bootstrap", help="use this Kafka instead of a local noida-db on a free port")
+    p.add_argument(
+        "--bootstrap", help="use this Kafka (default: a local broker.kind broker on a free port)"
+    )
     p.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
         help="extra Spark setting for the job (repeatable)",
@@ -183,7 +185,7 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         + (
             "broker=- (given --bootstrap: not sampled)"
             if m.cpu_broker is None
-            else f"broker={m.cpu_broker:.1f} (the local noida-db meanwhile, on the same cores)"
+            else f"broker={m.cpu_broker:.1f} (the local broker meanwhile, on the same cores)"
         )
     )
     if verbose:

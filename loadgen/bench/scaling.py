@@ -282,7 +282,7 @@ def format_table(rows: list[_Row]) -> list[str]:
         "mapCPU: JVM CPU of the map stages' tasks (partial aggregation of the combined rows, not "
         "the Python read, parse and combine); cpuJVM / cpuPy: CPU seconds of the job's JVM / all "
         "its Python processes over the whole run (start-up included): robust to other load, "
-        "unlike wall times; cpuBrk: CPU seconds of the local noida-db broker meanwhile, taken "
+        "unlike wall times; cpuBrk: CPU seconds of the local broker meanwhile, taken "
         "from the same cores;",
         "MB: peak RSS of the driver JVM (local mode: executors too), the Python driver, and all "
         "Python workers together (forked workers share pages: an upper bound).",

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", default="10000,100000,1000000", help="comma list of batch sizes")
     parser.add_argument(
-        "--bootstrap", help="use this broker (default: start noida-db on a free port)"
+        "--bootstrap", help="use this broker (default: a local IPCOUNT_BROKER_KIND one)"
     )
     parser.add_argument(
         "--partitions", type=int, default=3, help="sink topic partitions (default 3)"
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not bootstrap:
         tmp = tempfile.TemporaryDirectory(prefix="bench-sink-")
         broker = make_broker(
-            os.environ.get("IPCOUNT_BROKER_KIND", "noida-db"),
+            os.environ.get("IPCOUNT_BROKER_KIND", "kafka"),
             Path(tmp.name) / "broker",
             "127.0.0.1",
             free_port(),

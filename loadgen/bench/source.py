@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if not bootstrap:
         tmp = tempfile.TemporaryDirectory(prefix="bench-source-broker-")
         broker = make_broker(
-            os.environ.get("IPCOUNT_BROKER_KIND", "noida-db"),
+            os.environ.get("IPCOUNT_BROKER_KIND", "kafka"),
             Path(tmp.name),
             "127.0.0.1",
             free_port(),
@@ -267,7 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--records", type=int, default=1_000_000, help="records to pre-load (default 1M)"
     )
     parser.add_argument("--partitions", type=int, default=3, help="topic partitions (default 3)")
-    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local noida-db")
+    parser.add_argument(
+        "--bootstrap", help="use this Kafka (default: a local IPCOUNT_BROKER_KIND one)"
+    )
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument(
         "--max-offsets-per-trigger",

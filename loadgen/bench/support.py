@@ -60,7 +60,7 @@ class BenchEnv:
     workdir: Path
     config: str | None
     overrides: list[str]
-    # PID of the benchmark's own noida-db (its CPU is reported: it shares the cores with the job);
+    # PID of the benchmark's own broker (its CPU is reported: it shares the cores with the job);
     # None on a given --bootstrap cluster.
     broker_pid: int | None = None
     topics: list[str] = field(default_factory=list)

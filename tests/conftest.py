@@ -46,6 +46,12 @@ def _has_ipv6() -> bool:
     return True
 
 
+@pytest.fixture(scope="session")
+def ipv6_loopback() -> bool:
+    """Whether this machine has an IPv6 loopback ([::1]) to bind to."""
+    return _has_ipv6()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("ipv6") is not None and not _has_ipv6():
         pytest.skip("no IPv6 loopback on this machine")

@@ -30,6 +30,9 @@ _NOT_SETTINGS = frozenset(
         "IPCOUNT_FAULTS_PGID",
         "IPCOUNT_FAULTS_LOG",
         "IPCOUNT_FAULTS_STATE",
+        # Where the local Apache Kafka broker's jars come from (ipcount.local.kafka_jars).
+        "IPCOUNT_KAFKA_JARS",
+        "IPCOUNT_KAFKA_RESOLVER",
     }
 )
 

@@ -53,15 +53,6 @@ http {{
 """
 
 
-def _has_ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-    except OSError:
-        return False
-    return True
-
-
 @dataclass
 class Nginx:
     """A running nginx: its port, the addresses it listens on and its two logs."""
@@ -132,11 +123,11 @@ def _start(binary: str, prefix: Path, port: int, hosts: tuple[str, ...]) -> subp
 
 
 @pytest.fixture
-def nginx(tmp_path: Path) -> Iterator[Nginx]:
+def nginx(tmp_path: Path, ipv6_loopback: bool) -> Iterator[Nginx]:
     """Debian's nginx on a free loopback port (127.0.0.1, and [::1] where there is one), its own
     prefix in tmp_path; stopped by its PID afterwards."""
     binary = _nginx_binary()
-    hosts = ("127.0.0.1", "::1") if _has_ipv6() else ("127.0.0.1",)
+    hosts = ("127.0.0.1", "::1") if ipv6_loopback else ("127.0.0.1",)
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     for _ in range(5):  # a free port may be taken before nginx binds it

@@ -93,6 +93,7 @@ def test_job_with_transaction_timeout_above_the_brokers_maximum_stops_at_start(
             f"topics.sink={settings.topics.sink}",
             f"topics.progress={settings.topics.progress}",
             f"topics.late={settings.topics.late}",
+            f"topics.dead_letter={settings.topics.dead_letter}",
             f"job.checkpoint_location={tmp_path / 'ckpt'}",
             "sink.transaction_timeout_ms=60000",
         )

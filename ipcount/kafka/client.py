@@ -14,7 +14,6 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from ipcount.errors import BrokerError, ConfigError
 
 __all__ = [
-    "KAFKA_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS",
     "admin_client",
     "wait_for_metadata",
     "broker_max_transaction_timeout_ms",
@@ -26,9 +25,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# Apache Kafka's default for transaction.max.timeout.ms (15 minutes).
-KAFKA_DEFAULT_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 # librdkafka reports these through error_cb while it keeps retrying on its own.
 _TRANSIENT_CODES = {

@@ -13,6 +13,8 @@ from typing import Any
 from ipcount.errors import SourceError
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "TopicPartitionKey",
     "Heartbeat",
     "SourceOffset",
@@ -119,10 +121,6 @@ class SourceOffset:
                 "(was the checkpoint written by another source? use a new checkpointLocation)"
             ) from exc
         return cls(offsets, heartbeat, verdicts)
-
-    def same_position(self, other: SourceOffset) -> bool:
-        """Whether both offsets point at the same records (heartbeats aside)."""
-        return self.offsets == other.offsets
 
 
 @dataclass(frozen=True)

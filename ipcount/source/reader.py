@@ -63,6 +63,8 @@ from ipcount.errors import SourceError
 from ipcount.source.follow import CountsFollower
 from ipcount.source.heartbeats import HeartbeatPlanner
 from ipcount.source.offsets import (
+    EARLIEST,
+    LATEST,
     OffsetRange,
     SourceOffset,
     TopicPartitionKey,
@@ -181,9 +183,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 + (f"; not existing: {', '.join(unknown)}" if unknown else "")
             )
         resolved = dict(wanted)
-        # -2 / -1 mean earliest / latest, as in Spark's startingOffsets JSON.
-        resolved.update(self._offsets.offsets([tp for tp in parts if wanted[tp] == -2], "earliest"))
-        resolved.update(self._offsets.offsets([tp for tp in parts if wanted[tp] == -1], "latest"))
+        for mark, where in ((EARLIEST, "earliest"), (LATEST, "latest")):
+            resolved.update(
+                self._offsets.offsets([tp for tp in parts if wanted[tp] == mark], where)
+            )
         return SourceOffset(resolved).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:

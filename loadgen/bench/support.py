@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ipcount.config import Settings, load_settings
-from ipcount.errors import ConfigError, IpcountError
+from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
 from ipcount.local.kinds import configured_broker
@@ -365,8 +365,3 @@ def verify_run(settings: Settings, ledger: Ledger) -> VerifyReport:
 
 def fmt_mb(n: int) -> str:
     return f"{n / 2**20:.0f}"
-
-
-def check_positive(name: str, value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {value:g}")

@@ -233,7 +233,8 @@ class TxnSession:
             # commit_transaction flushes anyway; flushing first means that at sink.before_commit
             # the batch sits on the broker inside the open transaction (what a crash leaves).
             producer.flush(self.config.retry_deadline_seconds)
-            fault_point("sink.before_commit", batch_id)
+            if self.config.fault_points:
+                fault_point("sink.before_commit", batch_id)
         except KafkaException as exc:
             self._fail_in_transaction(batch_id, "producing", exc)
         except BaseException:
@@ -250,7 +251,8 @@ class TxnSession:
             logger.warning("batch %d: no delivery report for its progress marker", batch_id)
         self.last_marker = marker
         self._receipt(batch_id, count + late, source_end)
-        fault_point("sink.after_commit", batch_id)
+        if self.config.fault_points:
+            fault_point("sink.after_commit", batch_id)
         seconds = time.monotonic() - started
         logger.info(
             "batch %d committed: %d records (+%d corrections) in %.3fs",

@@ -59,6 +59,9 @@ class TxnConfig:
     # The query's checkpointLocation: the sink records each batch's source offsets from its offset
     # log, keeps commit receipts there and checks it against the markers ("" = no checks).
     checkpoint: str = ""
+    # Whether the chaos tests' fault points (ipcount.faults) fire in this sink: the counting
+    # query's only, so a kill lands in the transaction the chaos check inspects.
+    fault_points: bool = True
 
     def __repr__(self) -> str:
         return (

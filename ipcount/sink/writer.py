@@ -190,6 +190,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             query_id=query_id,
             run_id=opts.get("runid", ""),
             transactional_id=opts.get("transactionalid") or default_transactional_id(query_id),
+            fault_points=self.mode == "counts",
             producer_conf={**common, **producer},
             consumer_conf={**common, **consumer},
             transaction_timeout_ms=_number(

@@ -16,12 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = re.compile(r"missing=0 duplicates=0 wrong=0 exact=true$")
 
 
-def _chaos(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _chaos(
+    tmp_path: Path, kind: str, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """Run `ipcount chaos` as users do. It starts its own broker of the tests' kind (it must
     restart it); with IPCOUNT_TEST_BOOTSTRAP (an external Kafka) it uses that one and restarts
     no broker."""
     env = child_env()
-    env["IPCOUNT_BROKER_KIND"] = os.environ.get("IPCOUNT_TEST_BROKER", "noida-db")
+    env["IPCOUNT_BROKER_KIND"] = kind
     extra: list[str] = []
     external = os.environ.get("IPCOUNT_TEST_BOOTSTRAP")
     if external:
@@ -44,19 +46,19 @@ def _field(out: str, name: str) -> int:
     return int(m.group(1))
 
 
-def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path) -> None:
+def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path, broker_kind: str) -> None:
     # Seed 3 plans: kill, sink.before_commit, sink.after_commit and a broker restart placed
     # before the random kill or at the end. 3,000 records at 20/s flow for 150 s: through
     # every fault on a quiet 2-core machine (more records follow if the faults take longer).
     # On Apache Kafka (which loses nothing it acknowledged) the broker is also SIGKILLed and
     # hung: two restarts (SIGKILL, then SIGTERM while a commit is in flight) and one
     # SIGSTOP/SIGCONT.
-    kafka = os.environ.get("IPCOUNT_TEST_BROKER") == "kafka"
+    kafka = broker_kind == "kafka"
     broker = (
         ["--broker-restarts", "2", "--broker-hangs", "1"] if kafka else ["--broker-restarts", "1"]
     )
     run = _chaos(
-        tmp_path, "--records", "3000", "--rate", "20", "--kills", "3", *broker,
+        tmp_path, broker_kind, "--records", "3000", "--rate", "20", "--kills", "3", *broker,
         "--seed", "3", "--ips", "100", timeout=900,
     )  # fmt: skip
     out = run.stdout

@@ -252,6 +252,7 @@ def test_ipcount_run_stops_cleanly_on_sigterm(make_settings) -> None:  # type: i
         "IPCOUNT_TOPICS_SINK": settings.topics.sink,
         "IPCOUNT_TOPICS_PROGRESS": settings.topics.progress,
         "IPCOUNT_TOPICS_LATE": settings.topics.late,
+        "IPCOUNT_TOPICS_DEAD_LETTER": settings.topics.dead_letter,
         "IPCOUNT_JOB_CHECKPOINT_LOCATION": settings.job.checkpoint_location,
         "IPCOUNT_SPARK_MASTER": "local[2]",
     }

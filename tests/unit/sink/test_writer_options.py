@@ -152,6 +152,9 @@ def test_sink_options_from_settings_round_trip() -> None:
     assert writer.config.consumer_conf["fetch.max.bytes"] == "1000"
     dlq = sink_options(settings, "dlq-query", topic=settings.topics.dead_letter, mode="raw")
     assert KafkaTxnStreamWriter(dlq, RAW).config.topic == "ip_count_dead_letter"
+    # The chaos tests' kill points are the counting query's: a kill inside the dead-letter
+    # query's transaction would leave the counting query's batch untouched.
+    assert writer.config.fault_points and not KafkaTxnStreamWriter(dlq, RAW).config.fault_points
 
 
 def test_txn_config_repr_hides_secrets() -> None:

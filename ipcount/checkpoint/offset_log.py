@@ -25,7 +25,6 @@ from urllib.parse import urlparse
 from ipcount.errors import ConfigError, SourceError
 
 __all__ = [
-    "BatchTime",
     "BatchWatermarks",
     "OffsetLog",
     "absolute_location",
@@ -45,16 +44,6 @@ class BatchWatermarks:
     late_before_ms: int
     # Spark's batchTimestampMs: what current_timestamp() is in this batch (0: not recorded).
     batch_timestamp_ms: int = 0
-
-
-@dataclass(frozen=True)
-class BatchTime:
-    """Batch `batch_id` of a query: its source end offset (as the source wrote it) and its time
-    (Spark's batchTimestampMs, 0 when not recorded)."""
-
-    batch_id: int
-    end: Any
-    batch_timestamp_ms: int
 
 
 class OffsetLog:
@@ -98,18 +87,6 @@ class OffsetLog:
     def committed_ids(self) -> list[int]:
         """The batch ids Spark's commit log marks as done, ascending."""
         return sorted(int(name) for name in self._list(f"{self._root}/commits") if name.isdigit())
-
-    def batch_times(self, since: int = 0) -> list[BatchTime]:
-        """Every batch from `since` on that has an offset log entry, with its source end offset
-        and time, ascending (entries a replay reads again are never rewritten by Spark)."""
-        out = []
-        for batch_id in self.batch_ids():
-            if batch_id < since:
-                continue
-            meta, offsets = self.entry(batch_id)
-            end = offsets[0] if len(offsets) == 1 else offsets
-            out.append(BatchTime(batch_id, end, int(meta.get("batchTimestampMs", 0))))
-        return out
 
     def committed_watermark_ms(self) -> int | None:
         """The watermark Spark carries into the batch after its newest committed one

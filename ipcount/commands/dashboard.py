@@ -12,7 +12,7 @@ from typing import Any
 from ipcount.config import Settings
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
-from ipcount.httpserve import http_limits
+from ipcount.observe.httpserve import http_limits
 
 __all__ = ["register", "run", "ORDER"]
 

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from ipcount.errors import ConfigError
+from ipcount.queries import COUNTS_QUERY
 
 __all__ = ["Health", "MetricsPoller", "parse_metrics", "check_metrics_url"]
 
@@ -35,9 +36,7 @@ _SAMPLES = {
     "ipcount_input_records_per_second": "input_rate",
 }
 _MAX_BODY = 4 * 1024 * 1024
-# The counting query's `query` label (ipcount.job.metrics.COUNTS_QUERY, not imported: that module
-# pulls in Spark). Batch times of other queries (the dead-letter query's) are not the job's.
-_COUNTS_QUERY = "ipcount"
+# Batch times of queries other than the counting query (the dead-letter query's) are not the job's.
 _PER_QUERY = ("ipcount_batch_duration_seconds_sum", "ipcount_batch_duration_seconds_count")
 
 
@@ -66,8 +65,8 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = _SAMPLES.get(sample.name)
-            query = sample.labels.get("query", _COUNTS_QUERY)
-            if sample.name in _PER_QUERY and query != _COUNTS_QUERY:
+            query = sample.labels.get("query", COUNTS_QUERY)
+            if sample.name in _PER_QUERY and query != COUNTS_QUERY:
                 continue
             value = float(sample.value)
             # NaN (e.g. the watermark delay before the first watermark) means "not known yet".

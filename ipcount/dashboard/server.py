@@ -1,6 +1,6 @@
-"""`ipcount dashboard`'s web server (ipcount.httpserve): the page, its static files, and the JSON it
-polls (/api/top, /api/health), for requests whose Host names this server; a background thread
-keeps the top-N current. CLI side."""
+"""`ipcount dashboard`'s web server (ipcount.observe.httpserve): the page, its static files, and
+the JSON it polls (/api/top, /api/health), for requests whose Host names this server; a
+background thread keeps the top-N current. CLI side."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.model import TopWindow, WindowBook
 from ipcount.errors import BrokerError, IpcountError
-from ipcount.httpserve import HttpLimits, HttpServer, host_allowed, host_port
+from ipcount.observe.httpserve import HttpLimits, HttpServer, host_allowed, host_port
 
 __all__ = ["LiveTop", "DashboardServer", "MAX_N"]
 

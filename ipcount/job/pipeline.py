@@ -16,30 +16,23 @@ from ipcount.checkpoint.offset_log import absolute_location, check_readable
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
-from ipcount.job.history import check_sink_history
 from ipcount.kafka.client import check_transaction_timeout
-from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topics import missing_topics
+from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS
 from ipcount.sink.fencing import fence_predecessors
+from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.txn_config import default_transactional_id
 from ipcount.sink.writer import sink_options
+from ipcount.source.options import source_options
 
 __all__ = [
     "JobQueries",
-    "source_options",
     "build_counts",
     "preflight",
     "start_job",
 ]
 
 logger = logging.getLogger(__name__)
-
-QUERY_NAME = "ipcount"
-DEAD_LETTER_QUERY_NAME = "ipcount-dead-letter"
-QUALITY_METRICS = "ipcount_quality"
-# Heartbeats stop once they pass the last event by window + delay + this much: enough for the
-# watermark to close every window, not so much that idle triggers run batches for ever.
-_HEARTBEAT_SLACK_MS = 1000
 
 
 @dataclass
@@ -76,62 +69,6 @@ class JobQueries:
 
 def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
-
-
-def source_options(
-    settings: Settings,
-    *,
-    output: str = "counts",
-    heartbeats: bool = True,
-    close_all_windows: bool = False,
-    query_checkpoint: str = "",
-    counts_checkpoint: str = "",
-) -> dict[str, str]:
-    """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
-
-    `output`: counts (the combiner: partial counts), rejects (dead letters) or records (raw).
-    `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
-    time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
-    checkpoint, whose offset log gives each batch's time (future records) and watermark (late
-    records). `counts_checkpoint` (output=rejects): the counting query's checkpoint, whose batches
-    the dead letters follow, so that both queries give each record one verdict.
-    """
-    job = settings.job
-    opts = {
-        "subscribe": settings.topics.source,
-        "output": output,
-        "windowMs": str(_ms(job.window_seconds)),
-        "lateCorrections": "true" if job.late_corrections else "false",
-        "eventTimeFormat": "nginx-combined",
-        "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
-        "availableNowFlush": "all" if close_all_windows else "data",
-        "watermarkDelayMs": str(_ms(job.watermark_delay_seconds)),
-        "startingOffsets": job.starting_offsets,
-        "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
-        "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
-        "maxBytesPerBatch": str(job.max_bytes_per_batch),
-    }
-    if job.min_partitions:
-        opts["minPartitions"] = str(job.min_partitions)
-    if job.max_records_per_partition:
-        opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
-    if query_checkpoint:
-        opts["queryCheckpoint"] = query_checkpoint
-    if counts_checkpoint:
-        opts["countsCheckpoint"] = counts_checkpoint
-    if heartbeats:
-        opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
-        opts["heartbeatMaxAdvanceMs"] = str(
-            _ms(job.window_seconds) + _ms(job.watermark_delay_seconds) + _HEARTBEAT_SLACK_MS
-        )
-    for key, value in settings.kafka.to_librdkafka("consumer").items():
-        opts[f"kafka.{key}"] = value
-    opts["brokerQuirks"] = broker_quirks(
-        settings.kafka.to_librdkafka("admin"),
-        settings.kafka.broker_quirks,
-        settings.kafka.connect_timeout_seconds,
-    ).name
-    return opts
 
 
 def build_counts(combined: Any, settings: Settings) -> Any:
@@ -274,7 +211,7 @@ def start_job(
     writer = (
         counts.writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
-        .queryName(QUERY_NAME)
+        .queryName(COUNTS_QUERY)
         .option("checkpointLocation", checkpoint)
         .options(
             **sink_options(
@@ -290,7 +227,7 @@ def start_job(
     counts_query = _trigger(writer, settings, available_now).start()
     logger.info(
         "started query %s (id %s) %s -> %s, checkpoint %s",
-        QUERY_NAME,
+        COUNTS_QUERY,
         query_id,
         settings.topics.source,
         settings.topics.sink,
@@ -361,7 +298,7 @@ def _start_dead_letter(
         )
         .writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
-        .queryName(DEAD_LETTER_QUERY_NAME)
+        .queryName(DEAD_LETTER_QUERY)
         .option("checkpointLocation", checkpoint)
         .options(
             **sink_options(
@@ -374,5 +311,5 @@ def _start_dead_letter(
             )
         )
     )
-    logger.info("started query %s -> %s", DEAD_LETTER_QUERY_NAME, settings.topics.dead_letter)
+    logger.info("started query %s -> %s", DEAD_LETTER_QUERY, settings.topics.dead_letter)
     return _trigger(writer, settings, available_now).start()

@@ -120,7 +120,7 @@ def run_job(
         SinkHistoryError: the checkpoint and the sink's history disagree (before any query runs).
         ConfigError: the metrics port cannot be bound.
     """
-    from ipcount.job.endpoint import Observability
+    from ipcount.observe.endpoint import Observability
 
     # Before Spark starts: a wrong setting or a missing topic fails in a second, not after ~15 s.
     preflight(settings)
@@ -143,8 +143,8 @@ def _run(
     close_all_windows: bool,
     new_query: bool,
 ) -> int:
-    from ipcount.job.progress import ProgressLogger
     from ipcount.job.session import build_session
+    from ipcount.observe.progress import ProgressLogger
 
     session = spark if spark is not None else build_session(settings)
     listeners: list[Any] = [ProgressLogger()]

@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipcount.config import Settings
 from ipcount.errors import ConfigError, SourceError
-from ipcount.kafka.quirks import quirks_named
+from ipcount.kafka.quirks import broker_quirks, quirks_named
 from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
 
-__all__ = ["SourceOptions", "parse_options"]
+__all__ = ["SourceOptions", "parse_options", "source_options"]
 
 # Options named like Spark's Kafka source (keys arrive lower-cased from Spark).
 _KNOWN = {
@@ -272,3 +273,68 @@ def _choice(options: Mapping[str, str], key: str, name: str, allowed: tuple[str,
     if value not in allowed:
         raise ConfigError(f"option {name}={options[key]!r} must be one of {', '.join(allowed)}")
     return value
+
+
+# Heartbeats stop once they pass the last event by window + delay + this much: enough for the
+# watermark to close every window, not so much that idle triggers run batches for ever.
+_HEARTBEAT_SLACK_MS = 1000
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def source_options(
+    settings: Settings,
+    *,
+    output: str = "counts",
+    heartbeats: bool = True,
+    close_all_windows: bool = False,
+    query_checkpoint: str = "",
+    counts_checkpoint: str = "",
+) -> dict[str, str]:
+    """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
+
+    `output`: counts (the combiner: partial counts), rejects (dead letters) or records (raw).
+    `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
+    time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
+    checkpoint, whose offset log gives each batch's time (future records) and watermark (late
+    records). `counts_checkpoint` (output=rejects): the counting query's checkpoint, whose batches
+    the dead letters follow, so that both queries give each record one verdict.
+    """
+    job = settings.job
+    opts = {
+        "subscribe": settings.topics.source,
+        "output": output,
+        "windowMs": str(_ms(job.window_seconds)),
+        "lateCorrections": "true" if job.late_corrections else "false",
+        "eventTimeFormat": "nginx-combined",
+        "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
+        "availableNowFlush": "all" if close_all_windows else "data",
+        "watermarkDelayMs": str(_ms(job.watermark_delay_seconds)),
+        "startingOffsets": job.starting_offsets,
+        "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
+        "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
+        "maxBytesPerBatch": str(job.max_bytes_per_batch),
+    }
+    if job.min_partitions:
+        opts["minPartitions"] = str(job.min_partitions)
+    if job.max_records_per_partition:
+        opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
+    if query_checkpoint:
+        opts["queryCheckpoint"] = query_checkpoint
+    if counts_checkpoint:
+        opts["countsCheckpoint"] = counts_checkpoint
+    if heartbeats:
+        opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
+        opts["heartbeatMaxAdvanceMs"] = str(
+            _ms(job.window_seconds) + _ms(job.watermark_delay_seconds) + _HEARTBEAT_SLACK_MS
+        )
+    for key, value in settings.kafka.to_librdkafka("consumer").items():
+        opts[f"kafka.{key}"] = value
+    opts["brokerQuirks"] = broker_quirks(
+        settings.kafka.to_librdkafka("admin"),
+        settings.kafka.broker_quirks,
+        settings.kafka.connect_timeout_seconds,
+    ).name
+    return opts

@@ -11,6 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ipcount.queries import QUALITY_METRICS
+
 __all__ = [
     "PhaseTotals",
     "StageTotals",
@@ -70,7 +72,7 @@ def _ms(d: dict[str, Any], key: str) -> float:
 
 
 def _quality(progress: dict[str, Any]) -> dict[str, Any] | None:
-    observed = (progress.get("observedMetrics") or {}).get("ipcount_quality")
+    observed = (progress.get("observedMetrics") or {}).get(QUALITY_METRICS)
     return observed if isinstance(observed, dict) and "records" in observed else None
 
 

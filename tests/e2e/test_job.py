@@ -19,9 +19,9 @@ from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
 from ipcount.job.pipeline import start_job
-from ipcount.job.progress import summarize_progress
 from ipcount.kafka.consume import TopicReader, decode_records
 from ipcount.kafka.topics import ensure_topics
+from ipcount.observe.progress import summarize_progress
 from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]

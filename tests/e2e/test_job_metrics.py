@@ -175,7 +175,7 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipco
         if line.startswith("{"):
             record = json.loads(line)
             # The counting query's batches (the dead-letter query reads the same records).
-            progress = record["logger"] == "ipcount.job.progress" and "batch" in record
+            progress = record["logger"] == "ipcount.observe.progress" and "batch" in record
             if progress and record.get("query") == "ipcount":
                 batches.append(record)
     assert batches, log.read_text()[-3000:]

@@ -124,6 +124,10 @@ def test_zombie_jobs_on_one_checkpoint_are_stopped_and_output_stays_exact(
         stopped = successor if not successor.alive else twin
         outcome[f"live {stopped.name}"] = _why_stopped(stopped)
         survivor = twin if stopped is successor else successor
+        # Commits from here on are the survivor's alone (the stopped job may have committed a
+        # batch the survivor was still running when it stopped: counted from the stop, not from
+        # the twin's start, so that race ends below rather than after the wait).
+        mark = committed()
         _wait(
             "the survivor to carry on (or stop too)",
             lambda: committed() >= mark + 3 or not survivor.alive,
@@ -141,7 +145,12 @@ def test_zombie_jobs_on_one_checkpoint_are_stopped_and_output_stays_exact(
         ledger = Ledger.load(tmp_path / "ledger.jsonl")
 
         def exact() -> bool:
-            assert survivor.alive, survivor.log_tail()
+            nonlocal survivor
+            if not survivor.alive:
+                # The same close race, found one batch later: the survivor's in-flight batch had
+                # been committed by the stopped job. Only a legitimate stop is accepted; restart.
+                outcome[f"late {survivor.name}"] = _why_stopped(survivor)
+                survivor = start("fourth")
             return verify_sink(settings, ledger, deadline_seconds=60).exact
 
         _wait("exact read_committed output", exact, 240, poll=3)

@@ -195,8 +195,8 @@ HEALTHCHECK = ROOT / "conf" / "docker-healthcheck.sh"
 def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
     """The image's HEALTHCHECK against a real /healthz: 0 while it says 200, 1 on 503; a
     container that does not run the job is healthy."""
-    from ipcount.job.endpoint import MetricsServer
-    from ipcount.job.metrics import JobMetrics
+    from ipcount.observe.endpoint import MetricsServer
+    from ipcount.observe.metrics import JobMetrics
 
     (check,) = _args("HEALTHCHECK")
     assert check.endswith('CMD ["/opt/ipcount/conf/docker-healthcheck.sh"]'), check
@@ -246,8 +246,8 @@ def test_healthcheck_probes_the_jobs_healthz(tmp_path: Path) -> None:
     ],
 )
 def test_healthcheck_probes_the_metrics_host(host: str, tmp_path: Path) -> None:
-    from ipcount.job.endpoint import MetricsServer
-    from ipcount.job.metrics import JobMetrics
+    from ipcount.observe.endpoint import MetricsServer
+    from ipcount.observe.metrics import JobMetrics
 
     metrics = JobMetrics()
     metrics.started()

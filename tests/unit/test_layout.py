@@ -10,18 +10,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_LINES = 450  # "about 400": split a module when it takes on a second job
+MAX_LINES = 400  # split a module when it takes on a second job
 
 # Lowest first. A module may import its own group and any group of a lower layer, never a higher
 # one; groups sharing a layer are peers and do not import each other (source and sink meet only
 # in the job). Lazy imports inside functions count too.
 LAYERS: list[set[str]] = [
-    {"ipcount", "ipcount.errors"},
-    {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup", "ipcount.httpserve"},
+    {"ipcount", "ipcount.errors", "ipcount.queries"},
+    {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup", "ipcount.observe.httpserve"},
     {"ipcount.config"},
     {"ipcount.formats"},
     {"ipcount.kafka", "ipcount.checkpoint"},
     {"ipcount.source", "ipcount.sink"},
+    # Observability (metrics, health, the HTTP endpoint and server, progress lines): used by the
+    # job and the dashboard, it imports neither.
+    {"ipcount.observe"},
     {"ipcount.job", "ipcount.verify", "ipcount.local", "ipcount.dashboard"},
     {"ipcount.chaos", "loadgen"},
     {"ipcount.commands", "loadgen.bench"},

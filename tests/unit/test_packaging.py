@@ -31,12 +31,12 @@ from ipcount.cli import build_parser
 args = build_parser().parse_args(["run", "--metrics-port", "9464"])
 assert args.metrics_port == 9464
 build_parser().parse_args(["consume", "--from-beginning"])
-import ipcount.job.runner, ipcount.job.pipeline, ipcount.job.session, ipcount.job.endpoint
+import ipcount.job.runner, ipcount.job.pipeline, ipcount.job.session, ipcount.observe.endpoint
 import ipcount.source.reader, ipcount.sink.writer, ipcount.kafka.consume, ipcount.verify.compare
 
 import urllib.request
-from ipcount.job.endpoint import MetricsServer
-from ipcount.job.metrics import JobMetrics
+from ipcount.observe.endpoint import MetricsServer
+from ipcount.observe.metrics import JobMetrics
 server = MetricsServer(JobMetrics(), "127.0.0.1", 0).start()
 with urllib.request.urlopen(f"http://127.0.0.1:{{server.port}}/metrics", timeout=5) as resp:
     assert b"ipcount_records_total 0.0" in resp.read()

@@ -175,6 +175,6 @@ def test_batch_time_is_the_counting_querys_not_the_dead_letter_querys() -> None:
 
 def test_the_counting_querys_label_is_the_jobs() -> None:
     from ipcount.dashboard import metrics
-    from ipcount.job.metrics import COUNTS_QUERY as JOBS
+    from ipcount.queries import COUNTS_QUERY as JOBS
 
-    assert metrics._COUNTS_QUERY == JOBS == COUNTS_QUERY
+    assert metrics.COUNTS_QUERY == JOBS == COUNTS_QUERY

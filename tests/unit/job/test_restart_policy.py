@@ -15,9 +15,9 @@ from ipcount.config import load_settings
 from ipcount.errors import TransactionAbortedError
 from ipcount.faults import fault_point
 from ipcount.job import runner
-from ipcount.job.metrics import JobMetrics
 from ipcount.job.pipeline import JobQueries
 from ipcount.job.runner import is_fatal
+from ipcount.observe.metrics import JobMetrics
 
 # What Spark's StreamingQueryException text holds for a failure in the sink's commit (trimmed).
 WRAPPED = (

@@ -9,6 +9,8 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from ipcount.queries import QUALITY_METRICS
+
 __all__ = ["ProgressLogger", "summarize_progress", "end_offsets", "log_fields"]
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
     """The figures of one progress event that ipcount logs (also used by benchmarks and chaos)."""
     state = progress.get("stateOperators") or []
     sources = progress.get("sources") or []
-    observed = (progress.get("observedMetrics") or {}).get("ipcount_quality") or {}
+    observed = (progress.get("observedMetrics") or {}).get(QUALITY_METRICS) or {}
     durations = progress.get("durationMs") or {}
     lag_by_partition: dict[tuple[str, int], int] = {}
     reported = False

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from ipcount.httpserve import HttpLimits
-from ipcount.job.endpoint import MetricsServer
-from ipcount.job.metrics import JobMetrics
+from ipcount.observe.endpoint import MetricsServer
+from ipcount.observe.httpserve import HttpLimits
+from ipcount.observe.metrics import JobMetrics
 
 FLOOD = 2000
 TIMEOUT = 2.0

@@ -11,8 +11,9 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from ipcount.config import Settings
-from ipcount.httpserve import HttpLimits, HttpServer, host_port, http_limits
-from ipcount.job.metrics import JobMetrics, TopicPartition
+from ipcount.observe.httpserve import HttpLimits, HttpServer, host_port, http_limits
+from ipcount.observe.metrics import JobMetrics, TopicPartition
+from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY
 
 __all__ = ["MetricsServer", "LagPoller", "Observability"]
 
@@ -150,9 +151,8 @@ class LagPoller:
 
     def _offsets(self) -> Any:
         if self._reader is None:
-            from ipcount.job.pipeline import source_options
             from ipcount.source.offset_reader import KafkaOffsetReader
-            from ipcount.source.options import parse_options
+            from ipcount.source.options import parse_options, source_options
 
             # The source's own consumer settings (isolation level, client quirks), without the
             # counting options: end offsets need no combiner, and output=counts would demand
@@ -176,7 +176,7 @@ class LagPoller:
 def _checkpoint_positions(checkpoint: str) -> dict[TopicPartition, int] | None:
     """The end offsets of the last batch Spark's commit log marks done, if any."""
     from ipcount.checkpoint.offset_log import OffsetLog
-    from ipcount.job.progress import end_offsets
+    from ipcount.observe.progress import end_offsets
 
     try:
         log = OffsetLog(checkpoint)
@@ -193,10 +193,9 @@ class Observability:
     """The job's metrics, its Spark listener, the HTTP endpoint and the lag poller, together."""
 
     def __init__(self, settings: Settings, port: int) -> None:
-        from ipcount.job.metrics import COUNTS_QUERY, MetricsListener
-        from ipcount.job.pipeline import DEAD_LETTER_QUERY_NAME
+        from ipcount.observe.metrics import MetricsListener
 
-        queries = (COUNTS_QUERY, DEAD_LETTER_QUERY_NAME) if settings.job.dead_letter else None
+        queries = (COUNTS_QUERY, DEAD_LETTER_QUERY) if settings.job.dead_letter else None
         trigger = max(settings.job.trigger_interval_seconds, 1.0)
         self.metrics = JobMetrics(
             queries or (COUNTS_QUERY,), stall_seconds=settings.metrics.stall_triggers * trigger

@@ -18,14 +18,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ipcount.job.health import Health, HealthFacts, judge_health
-from ipcount.job.progress import summarize_progress
+from ipcount.observe.health import Health, HealthFacts, judge_health
+from ipcount.observe.progress import summarize_progress
+from ipcount.queries import COUNTS_QUERY
 
-__all__ = ["JobMetrics", "MetricsListener", "COUNTS_QUERY", "BATCH_BUCKETS"]
+__all__ = ["JobMetrics", "MetricsListener", "BATCH_BUCKETS"]
 
 logger = logging.getLogger(__name__)
 
-COUNTS_QUERY = "ipcount"
 BATCH_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 TopicPartition = tuple[str, int]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ipcount.job.endpoint import MetricsServer
-from ipcount.job.metrics import JobMetrics, MetricsListener
+from ipcount.observe.endpoint import MetricsServer
+from ipcount.observe.metrics import JobMetrics, MetricsListener
 
 PROGRESS = json.loads((Path(__file__).parent / "progress_event.json").read_text())
 REQUIRED = {

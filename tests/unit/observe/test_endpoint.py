@@ -11,8 +11,8 @@ import pytest
 
 from ipcount.config import load_settings
 from ipcount.errors import ConfigError
-from ipcount.job.endpoint import LagPoller, MetricsServer, Observability
-from ipcount.job.metrics import JobMetrics
+from ipcount.observe.endpoint import LagPoller, MetricsServer, Observability
+from ipcount.observe.metrics import JobMetrics
 
 
 def _settings(*overrides: str):  # type: ignore[no-untyped-def]

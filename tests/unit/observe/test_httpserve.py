@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from ipcount.errors import ConfigError
-from ipcount.httpserve import HttpServer, host_port
+from ipcount.observe.httpserve import HttpServer, host_port
 
 
 class _Hello(BaseHTTPRequestHandler):
@@ -124,7 +124,7 @@ def test_a_client_that_leaves_early_is_a_debug_line_without_a_traceback(
 ) -> None:
     server = HttpServer("127.0.0.1", 0, _Slow, host_option="--host", port_option="--port")
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    caplog.set_level(logging.DEBUG, logger="ipcount.httpserve")
+    caplog.set_level(logging.DEBUG, logger="ipcount.observe.httpserve")
     try:
         client = socket.create_connection(server.server_address[:2], timeout=5)
         client.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")

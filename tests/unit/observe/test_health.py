@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipcount.job.health import HealthFacts, judge_health
+from ipcount.observe.health import HealthFacts, judge_health
 
 STALL = 60.0
 

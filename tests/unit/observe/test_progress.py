@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ipcount import logsetup
-from ipcount.job.progress import ProgressLogger, summarize_progress
+from ipcount.observe.progress import ProgressLogger, summarize_progress
 
 # A progress event as Spark 4.3 renders StreamingQueryProgress.json for the counts query: the
 # source's offsets are JSON objects (not strings); latestOffset is the source's

@@ -1,33 +1,38 @@
 """The streaming query's stable id, read from (or written to) the checkpoint before the query
-starts (driver).
-
-Spark keeps a query's id in `<checkpoint>/metadata` as {"id": "<uuid>"}. The sink derives its
-transactional.id from that id, so it must be known before the query starts: on a first start ipcount
-writes the file itself in Spark's format, and Spark then adopts that id. Hadoop's FileSystem API is
-used, so local paths, hdfs:// and s3a:// checkpoints all work.
-"""
+starts (driver): the sink's transactional.id derives from it."""
 
 from __future__ import annotations
 
 import json
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ipcount.errors import ConfigError
 
 __all__ = ["checkpoint_query_id"]
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 logger = logging.getLogger(__name__)
 
 
-def checkpoint_query_id(spark: Any, location: str) -> str:
+def checkpoint_query_id(spark: SparkSession, location: str) -> str:
     """Return the query id stored in the checkpoint at `location`, creating it on first use.
+
+    Spark keeps a query's id in `<checkpoint>/metadata` as {"id": "<uuid>"}; on a first start this
+    writes the file in Spark's format, and Spark then adopts that id. Hadoop's FileSystem API is
+    used, so local paths, hdfs:// and s3a:// checkpoints all work.
 
     Raises:
         ConfigError: the checkpoint's metadata file is unreadable or not Spark's format.
     """
     jvm = spark._jvm
+    if jvm is None:
+        raise ConfigError(
+            "the Spark session has no JVM (a Spark Connect session?): ipcount needs a classic one"
+        )
     hadoop_conf = spark._jsc.hadoopConfiguration()
     base = jvm.org.apache.hadoop.fs.Path(location)
     fs = base.getFileSystem(hadoop_conf)

@@ -1,16 +1,12 @@
-"""The IP-count job (driver): Kafka source (its read tasks parse and combine: partial counts per
-window and IP, see source.combine) -> watermark -> 5 s tumbling count per IP -> txn sink.
-
-Run it with `ipcount run`, or with spark-submit (the same CLI):
-    spark-submit --master 'local[*]' ipcount/__main__.py run [--available-now]
-"""
+"""The job's queries (driver side): the Kafka source's partial counts -> watermark -> 5 s tumbling
+count per IP -> the transactional sink, and the dead-letter query beside it."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ipcount.checkpoint.offset_log import absolute_location, check_readable
 from ipcount.config import Settings
@@ -24,6 +20,10 @@ from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.txn_config import default_transactional_id
 from ipcount.sink.writer import sink_options
 from ipcount.source.options import source_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 __all__ = [
     "JobQueries",
@@ -43,11 +43,11 @@ class JobQueries:
     can only start once the counting query has planned its last batch: it is then `pending` until
     `advance()` sees the counting query end."""
 
-    counts: Any
-    dead_letter: Any | None = None
-    pending: Callable[[], Any] | None = None
+    counts: StreamingQuery
+    dead_letter: StreamingQuery | None = None
+    pending: Callable[[], StreamingQuery] | None = None
 
-    def all(self) -> list[Any]:
+    def all(self) -> list[StreamingQuery]:
         return [q for q in (self.counts, self.dead_letter) if q is not None]
 
     def advance(self) -> bool:
@@ -59,7 +59,7 @@ class JobQueries:
         self.dead_letter = start()
         return True
 
-    def await_available_now(self, timeout: float) -> None:
+    def await_available_now(self, timeout: int) -> None:
         """Wait for an AvailableNow run to end: the counting query, then the dead-letter query."""
         self.counts.awaitTermination(timeout)
         self.advance()
@@ -71,7 +71,7 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000))
 
 
-def build_counts(combined: Any, settings: Settings) -> Any:
+def build_counts(combined: DataFrame, settings: Settings) -> DataFrame:
     """Watermark and count per (5 s window, ip, late) over the source's combined rows
     (output=counts: the read tasks already counted their records per window, client and late).
 
@@ -113,12 +113,12 @@ def build_counts(combined: Any, settings: Settings) -> Any:
     )
 
 
-def _observe_quality(combined: Any) -> Any:
+def _observe_quality(combined: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     kind, count = F.col("kind"), F.col("count")
 
-    def total(condition: Any) -> Any:
+    def total(condition: Column) -> Column:
         return F.coalesce(F.sum(F.when(condition, count)), F.lit(0))
 
     return combined.observe(
@@ -157,7 +157,7 @@ def preflight(settings: Settings) -> None:
     )
 
 
-def _trigger(writer: Any, settings: Settings, available_now: bool) -> Any:
+def _trigger(writer: DataStreamWriter, settings: Settings, available_now: bool) -> DataStreamWriter:
     if available_now:
         return writer.trigger(availableNow=True)
     interval = settings.job.trigger_interval_seconds
@@ -165,7 +165,7 @@ def _trigger(writer: Any, settings: Settings, available_now: bool) -> Any:
 
 
 def start_job(
-    spark: Any,
+    spark: SparkSession,
     settings: Settings,
     *,
     available_now: bool = False,
@@ -236,7 +236,7 @@ def start_job(
     queries = JobQueries(counts_query)
     if settings.job.dead_letter:
 
-        def dead_letter() -> Any:
+        def dead_letter() -> StreamingQuery:
             return _start_dead_letter(
                 spark, settings, checkpoint, checkpoint + "-dead-letter", available_now, new_query
             )
@@ -249,13 +249,13 @@ def start_job(
 
 
 def _start_dead_letter(
-    spark: Any,
+    spark: SparkSession,
     settings: Settings,
     counts_checkpoint: str,
     checkpoint: str,
     available_now: bool,
     new_query: bool,
-) -> Any:
+) -> StreamingQuery:
     """Records not counted (malformed, future), raw, to topics.dead_letter with their reason in
     the header `ipcount.reason`: a stateless query with its own checkpoint, following the counting
     query's batches (each record gets the verdict that query gave it)."""

@@ -1,8 +1,5 @@
 """Running the job in the driver: start the queries, watch them, stop on a signal or a timeout,
-and restart failed queries in-process like Flink's fixed-delay restart strategy
-(`job.restart_attempts`, `job.restart_delay_seconds`). Fatal failures stop at once: a fenced
-producer, a fatal Kafka error, a checkpoint that does not match the sink, a bad setting or schema.
-"""
+restart failed queries in-process (Flink's fixed-delay strategy); fatal failures stop at once."""
 
 from __future__ import annotations
 
@@ -10,12 +7,21 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from ipcount.config import Settings
 from ipcount.job.pipeline import JobQueries, preflight, start_job
 
 __all__ = ["run_job", "is_fatal", "short_error"]
+
+if TYPE_CHECKING:
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from ipcount.observe.endpoint import Observability
+    from ipcount.observe.metrics import JobMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +46,7 @@ def is_fatal(error_text: str) -> bool:
     return any(marker in error_text for marker in _FATAL)
 
 
-def short_error(exc: Any) -> str:
+def short_error(exc: BaseException) -> str:
     """The ipcount line of a (JVM-wrapped) query exception, else its first line."""
     text = str(exc)
     for line in text.splitlines():
@@ -62,7 +68,7 @@ class _Watch:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-def _wait(queries: JobQueries, watch: _Watch) -> Any:
+def _wait(queries: JobQueries, watch: _Watch) -> StreamingQueryException | None:
     """Wait until the queries end, a stop is requested or the deadline passes; returns the first
     failed query's exception (None otherwise)."""
     while not watch.stop.is_set():
@@ -78,7 +84,8 @@ def _wait(queries: JobQueries, watch: _Watch) -> Any:
             logger.info("run time of %gs reached: stopping", watch.timeout)
             return None
         try:
-            active[0].awaitTermination(0.5)
+            # PySpark takes float seconds (its stub says int).
+            active[0].awaitTermination(0.5)  # type: ignore[arg-type]
         except Exception as exc:  # it failed while we waited: the next round reads q.exception()
             logger.debug("query %s ended while waited on: %s", active[0].name, short_error(exc))
     return None
@@ -103,7 +110,7 @@ def run_job(
     *,
     available_now: bool = False,
     timeout: float | None = None,
-    spark: Any = None,
+    spark: SparkSession | None = None,
     close_all_windows: bool = False,
     new_query: bool = False,
     metrics_port: int | None = None,
@@ -136,8 +143,8 @@ def run_job(
 
 def _run(
     settings: Settings,
-    observed: Any,
-    spark: Any,
+    observed: Observability | None,
+    spark: SparkSession | None,
     available_now: bool,
     timeout: float | None,
     close_all_windows: bool,
@@ -147,7 +154,7 @@ def _run(
     from ipcount.observe.progress import ProgressLogger
 
     session = spark if spark is not None else build_session(settings)
-    listeners: list[Any] = [ProgressLogger()]
+    listeners: list[StreamingQueryListener] = [ProgressLogger()]
     if observed is not None:
         listeners.append(observed.listener)
     for listener in listeners:
@@ -156,7 +163,7 @@ def _run(
     watch = _Watch(timeout)
     previous: dict[int, Any] = {}
 
-    def _request_stop(signum: int, _frame: Any) -> None:
+    def _request_stop(signum: int, _frame: FrameType | None) -> None:
         logger.info(
             "received %s: stopping after the current micro-batch", signal.Signals(signum).name
         )
@@ -209,7 +216,9 @@ def _run(
     return 1 if failed else 0
 
 
-def _restart_allowed(error: Any, settings: Settings, watch: _Watch, metrics: Any = None) -> bool:
+def _restart_allowed(
+    error: BaseException, settings: Settings, watch: _Watch, metrics: JobMetrics | None = None
+) -> bool:
     """Decide on one failure; sleeps the restart delay (interruptible) when restarting.
     `metrics`: the job's JobMetrics (None: off), told about the failure and the restart."""
     attempts = settings.job.restart_attempts

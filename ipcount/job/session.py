@@ -1,9 +1,4 @@
-"""Build the job's SparkSession (driver side): settings, state store, Python workers, quiet logs.
-
-Spark settings, lowest precedence first: the Spark conf dir's spark-defaults.conf (conf/ of this
-checkout, or $SPARK_CONF_DIR), then spark-submit's own flags, then ipcount's [spark] settings, then
-[spark.conf], then `extra`.
-"""
+"""Build the job's SparkSession (driver side): settings, state store, Python workers, quiet logs."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ipcount.config import Settings
 
@@ -30,6 +25,9 @@ __all__ = [
     "build_session",
     "register_data_sources",
 ]
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +126,10 @@ def session_conf(
 ) -> dict[str, str]:
     """The settings build_session passes to the session builder.
 
+    Lowest precedence first: the Spark conf dir's spark-defaults.conf (conf/ of this checkout, or
+    $SPARK_CONF_DIR), then spark-submit's own flags, then ipcount's [spark] settings, then
+    [spark.conf], then `extra`.
+
     Args:
         settings: ipcount settings ([spark] and [spark.conf]).
         extra: further settings that win over everything (tests, benchmarks).
@@ -174,7 +176,7 @@ def _launched_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-def build_session(settings: Settings, extra: Mapping[str, str] | None = None) -> Any:
+def build_session(settings: Settings, extra: Mapping[str, str] | None = None) -> SparkSession:
     """Get or create the SparkSession with ipcount's settings and its data sources registered.
 
     Under spark-submit the master and the driver JVM's settings come from spark-submit; otherwise
@@ -258,7 +260,7 @@ def _check_py_files(launched: Mapping[str, str]) -> None:
         )
 
 
-def register_data_sources(spark: Any) -> None:
+def register_data_sources(spark: SparkSession) -> None:
     """Register ipcount's Python data sources (the Kafka source and the transactional sink)."""
     import importlib
 

@@ -1,18 +1,5 @@
 """A Spark home for the driver JVM that `ipcount run` launches, whose Python processes import
-PySpark from the installed package instead of `$SPARK_HOME/python/lib/pyspark.zip`.
-
-Spark puts that zip first on the PYTHONPATH of every Python process it starts: the task workers'
-daemon and, on the driver, a fresh process for each Python data source step (create the source and
-the sink, plan the read, the write, the commits). Python cannot cache bytecode for modules imported
-from a zip, so each of those processes compiles PySpark anew: ~0.5 CPU-s each, one after another
-while a query starts. Measured with `loadgen bench --scaling` (1M records, one run): S 19.7 ->
-14.6 s, first batch 14.7 -> 10.0 s, Python CPU 13.4 -> 8.7 s.
-
-The Spark home built here is the pip-installed one (`pyspark/`, with bin/ and jars/) as links,
-minus that zip: the processes then import the very same PySpark from site-packages, with its
-cached bytecode. It applies only when PySpark is a pip install and nobody set SPARK_HOME; any
-problem building it leaves the zip in use (a debug log says why).
-"""
+PySpark from the installed package (cached bytecode) instead of `pyspark.zip`."""
 
 from __future__ import annotations
 
@@ -52,7 +39,20 @@ def _build(home: Path, target: Path) -> None:
 
 
 def launch_spark_home() -> Path | None:
-    """The Spark home to launch the driver JVM with, or None to keep PySpark's own."""
+    """The Spark home to launch the driver JVM with, or None to keep PySpark's own.
+
+    Spark puts `pyspark.zip` first on the PYTHONPATH of every Python process it starts: the task
+    workers' daemon and, on the driver, a fresh process for each Python data source step (create
+    the source and the sink, plan the read, the write, the commits). Python cannot cache bytecode
+    for modules imported from a zip, so each of those processes compiles PySpark anew: ~0.5 CPU-s
+    each, one after another while a query starts. Measured with `loadgen bench --scaling` (1M
+    records, one run): S 19.7 -> 14.6 s, first batch 14.7 -> 10.0 s, Python CPU 13.4 -> 8.7 s.
+
+    The Spark home built here is the pip-installed one (`pyspark/`, with bin/ and jars/) as links,
+    minus that zip: the processes then import the very same PySpark from site-packages, with its
+    cached bytecode. It applies only when PySpark is a pip install and nobody set SPARK_HOME; any
+    problem building it leaves the zip in use (a debug log says why).
+    """
     try:
         import pyspark
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Container entry point. Subcommands:
-#   job [run options]   spark-submit the job, exactly as the README documents (the default;
+#   job [run options]   spark-submit the job, exactly as docs/deployment.md documents (the default;
 #                       bare options such as --available-now go to it too)
 #   loadgen ...         the load generator (synth, serve)
 #   ipcount ...         any ipcount command (consume, verify, topics, ...)

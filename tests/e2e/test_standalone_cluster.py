@@ -157,7 +157,7 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
         text=True,
     )
     assert "No module named 'ipcount'" in no_ipcount.stderr, no_ipcount.stderr
-    # The README's build command for the --py-files archive.
+    # The build command of docs/deployment.md for the --py-files archive.
     dist = tmp_path / "dist"
     dist.mkdir()
     subprocess.run(

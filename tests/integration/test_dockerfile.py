@@ -1,6 +1,6 @@
 """Static checks of the Dockerfile, .dockerignore and conf/docker-entrypoint.sh (Docker cannot run here):
 what the image copies exists and is not ignored, Java 17, non-root, the same spark-submit entry
-point as the README, settings env that ipcount accepts."""
+point as docs/deployment.md, settings env that ipcount accepts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ipcount.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "conf" / "docker-entrypoint.sh"
-# The job's entry file, its --config option and the `run` command: README and image must agree.
+# The job's entry file, its --config option and the `run` command: the docs and image must agree.
 SUBMIT_APP = re.compile(r"(\S*ipcount/__main__\.py)\S*\s+--config\s+(\S+)\s+run\b")
 
 
@@ -109,7 +109,7 @@ def test_package_installed_into_the_venv_the_env_points_at() -> None:
     assert env["PYSPARK_PYTHON"] == "/opt/venv/bin/python"
     assert env["PATH"].startswith("/opt/venv/bin:")
     assert env["SPARK_HOME"] == "/opt/venv/lib/python3.11/site-packages/pyspark"
-    # conf/ (spark-defaults.conf, log4j2.properties) is the Spark conf dir, as the README says.
+    # conf/ (spark-defaults.conf, log4j2.properties) is the Spark conf dir, as the docs say.
     assert env["SPARK_CONF_DIR"] == "/opt/ipcount/conf"
     assert "COPY conf ./conf" in [f"COPY {r}" for r in _args("COPY")]
     for name in ("spark-defaults.conf", "log4j2.properties", "ipcount.toml"):
@@ -144,18 +144,18 @@ def test_ports_and_entrypoint() -> None:
     assert _args("CMD") == ['["job"]']
 
 
-def test_entrypoint_script_is_valid_and_submits_like_the_readme() -> None:
+def test_entrypoint_script_is_valid_and_submits_like_the_docs() -> None:
     assert os.access(ENTRYPOINT, os.X_OK)
     subprocess.run(["bash", "-n", str(ENTRYPOINT)], check=True, timeout=30)
     script = ENTRYPOINT.read_text()
     ours = SUBMIT_APP.findall(script)
     assert ours == [('"$APP_DIR/ipcount/__main__.py', '"$IPCOUNT_CONFIG"')], ours
     assert re.search(r"spark-submit --master \"\$SPARK_MASTER_URL\"", script)
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "deployment.md").read_text()
     documented = [
-        m for block in re.findall(r"spark-submit[^`]*", readme) for m in SUBMIT_APP.findall(block)
+        m for block in re.findall(r"spark-submit[^`]*", guide) for m in SUBMIT_APP.findall(block)
     ]
-    assert documented, "README documents no spark-submit of ipcount/__main__.py ... run"
+    assert documented, "docs/deployment.md documents no spark-submit of ipcount/__main__.py ... run"
     for app, _config in documented:
         assert app.endswith("ipcount/__main__.py"), app
 

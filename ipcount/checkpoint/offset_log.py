@@ -1,17 +1,5 @@
 """A query's offset and commit logs, read from Python (driver): the watermark a micro-batch judges
-late records by, each batch's source end offsets, and which batches Spark counts as done.
-
-Spark's streaming aggregation drops a row as late when its window ends at or before the
-*previous* batch's watermark (`eventTimeWatermarkForLateEvents`: measured on Spark 4.x, the
-window's end is compared, not the event time). Both batch watermarks are in the checkpoint before a
-batch runs: `<checkpoint>/offsets/<N>` holds, on its second line, {"batchWatermarkMs": ...} of
-batch N, and on the lines after it each source's end offset. The source looks up the batch whose
-end offset it is planning and takes batch N-1's watermark, so a replayed batch (same offset log
-entries) classifies every record the same way.
-
-Local paths and file:// URIs are read directly; other schemes (s3://, s3a://, gs://, hdfs://)
-through pyarrow's filesystems, when pyarrow supports them on this machine.
-"""
+late records by, each batch's source end offsets, and which batches Spark counts as done."""
 
 from __future__ import annotations
 
@@ -47,7 +35,11 @@ class BatchWatermarks:
 
 
 class OffsetLog:
-    """Read-only view of `<checkpoint>/offsets`."""
+    """Read-only view of `<checkpoint>/offsets` (and `commits`).
+
+    Local paths and file:// URIs are read directly; other schemes (s3://, s3a://, gs://, hdfs://)
+    through pyarrow's filesystems, when pyarrow supports them on this machine.
+    """
 
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint.rstrip("/")
@@ -107,6 +99,14 @@ class OffsetLog:
     def watermarks_for(self, end: dict[str, Any]) -> BatchWatermarks:
         """The watermarks of the newest batch whose source end offset is `end` (the batch being
         planned; an idle batch repeats its predecessor's offsets, so the newest one is taken).
+
+        Spark's streaming aggregation drops a row as late when its window ends at or before the
+        *previous* batch's watermark (`eventTimeWatermarkForLateEvents`: measured on Spark 4.x,
+        the window's end is compared, not the event time). Both batch watermarks are in the
+        checkpoint before a batch runs: `<checkpoint>/offsets/<N>` holds, on its second line,
+        {"batchWatermarkMs": ...} of batch N, and on the lines after it each source's end offset.
+        So late_before is batch N-1's watermark, and a replayed batch (same offset log entries)
+        classifies every record the same way.
 
         Raises:
             SourceError: no batch in the log ends at `end` (the checkpoint is another query's).

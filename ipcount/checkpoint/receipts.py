@@ -1,11 +1,5 @@
-"""The sink's commit receipts, kept in the query's checkpoint (driver).
-
-After Kafka acknowledges a batch's transaction, the sink writes `<checkpoint>/ipcount-sink/<batch>`
-({"batchId", "records", "sourceEnd", "committedAtMs"}) before Spark writes its commit log. A
-receipt newer than the sink's last progress marker therefore means the broker acknowledged a
-commit and then lost it: the sink checks that when it starts, and stops instead of writing on
-over a hole. The newest `KEEP` receipts are kept.
-"""
+"""The sink's commit receipts, kept in the query's checkpoint (driver): what shows a commit the
+broker acknowledged and then lost."""
 
 from __future__ import annotations
 
@@ -38,7 +32,14 @@ class Receipt:
 
 class ReceiptLog:
     """`<checkpoint>/ipcount-sink`: one small JSON file per committed batch (local paths only;
-    elsewhere receipts are not kept and a lost commit is not detected, see `enabled`)."""
+    elsewhere receipts are not kept and a lost commit is not detected, see `enabled`).
+
+    After Kafka acknowledges a batch's transaction, the sink writes `<batch>` ({"batchId",
+    "records", "sourceEnd", "committedAtMs"}) before Spark writes its commit log. A receipt newer
+    than the sink's last progress marker therefore means the broker acknowledged a commit and then
+    lost it: the sink checks that when it starts, and stops instead of writing on over a hole. The
+    newest `KEEP` receipts are kept.
+    """
 
     def __init__(self, checkpoint: str) -> None:
         root = local_path(checkpoint)

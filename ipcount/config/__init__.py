@@ -3,6 +3,24 @@ overrides. The section classes live in `ipcount.config.settings`; the rest of ip
 what is named here."""
 
 from ipcount.config.load import default_config_path, load_settings
-from ipcount.config.settings import Settings, redact
+from ipcount.config.settings import (
+    MAX_BYTES_PER_BATCH,
+    MAX_RECORD_BYTES,
+    MIN_BYTES_PER_BATCH,
+    MIN_TRANSACTION_TIMEOUT_MS,
+    Settings,
+    SinkSettings,
+    redact,
+)
 
-__all__ = ["Settings", "default_config_path", "load_settings", "redact"]
+__all__ = [
+    "MAX_BYTES_PER_BATCH",
+    "MAX_RECORD_BYTES",
+    "MIN_BYTES_PER_BATCH",
+    "MIN_TRANSACTION_TIMEOUT_MS",
+    "Settings",
+    "SinkSettings",
+    "default_config_path",
+    "load_settings",
+    "redact",
+]

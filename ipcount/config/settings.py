@@ -21,9 +21,23 @@ __all__ = [
     "Settings",
     "SECTIONS",
     "PASSTHROUGH",
+    "MAX_BYTES_PER_BATCH",
+    "MIN_BYTES_PER_BATCH",
+    "MAX_RECORD_BYTES",
+    "MIN_TRANSACTION_TIMEOUT_MS",
     "redact",
     "validate",
 ]
+
+# A read task hands records to Spark in Arrow batches of at most this many value bytes (default of
+# job.max_bytes_per_batch and of the source's option maxBytesPerBatch), and at least the minimum.
+MAX_BYTES_PER_BATCH = 16 * 1024 * 1024
+MIN_BYTES_PER_BATCH = 1024
+# The retired job.max_record_bytes's default (nginx's 8 KiB header buffer); loadgen still sizes
+# its oversized lines by it.
+MAX_RECORD_BYTES = 8192
+# The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
+MIN_TRANSACTION_TIMEOUT_MS = 1000
 
 # Keys whose values never appear in repr or logs.
 _SECRET_MARKERS = (
@@ -110,7 +124,7 @@ class JobSettings:
     fail_on_data_loss: bool = True
     # Retired: a record's length never decides whether it counts (every line nginx writes is
     # counted, whatever its length). Still accepted so existing configs load; no effect.
-    max_record_bytes: int = 8192
+    max_record_bytes: int = MAX_RECORD_BYTES
     # Records stamped more than this ahead of their micro-batch's time (kept in the checkpoint)
     # are not counted and do not move the watermark: a bad clock must not make later records late.
     max_future_skew_seconds: float = 300.0
@@ -123,7 +137,7 @@ class JobSettings:
     # bytes (client_header_buffer_size, large_client_header_buffers) escaped 4x as \xHH = 132 KiB.
     dead_letter_max_bytes: int = 262144
     # A read task hands records to Spark in Arrow batches of at most this many value bytes.
-    max_bytes_per_batch: int = 16 * 1024 * 1024
+    max_bytes_per_batch: int = MAX_BYTES_PER_BATCH
     # Records that arrive after their window's result was emitted are written to topics.late as
     # corrections (same transaction as the batch). Needs the checkpoint readable from Python
     # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
@@ -137,7 +151,7 @@ class JobSettings:
 
 @dataclass(frozen=True)
 class SinkSettings:
-    """The transactional Avro sink."""
+    """The transactional Avro sink; these defaults are the sink options' too (sink.writer)."""
 
     # Must not exceed the broker's transaction.max.timeout.ms (checked at start-up).
     transaction_timeout_ms: int = 60_000
@@ -312,11 +326,11 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
     if s.job.max_records_per_partition < 0:
         fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
-    if s.sink.transaction_timeout_ms < 1000:
+    if s.sink.transaction_timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:
         fail(
             "sink",
             "transaction_timeout_ms",
-            f"must be at least 1000, got {s.sink.transaction_timeout_ms}",
+            f"must be at least {MIN_TRANSACTION_TIMEOUT_MS}, got {s.sink.transaction_timeout_ms}",
         )
     if s.sink.wire_format not in ("single-object", "confluent"):
         fail(
@@ -334,8 +348,8 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("job", "max_future_skew_seconds", "must be positive")
     if s.job.dead_letter_max_bytes < 1024:
         fail("job", "dead_letter_max_bytes", "must be at least 1024")
-    if s.job.max_bytes_per_batch < 1024:
-        fail("job", "max_bytes_per_batch", "must be at least 1024")
+    if s.job.max_bytes_per_batch < MIN_BYTES_PER_BATCH:
+        fail("job", "max_bytes_per_batch", f"must be at least {MIN_BYTES_PER_BATCH}")
     if s.job.restart_attempts < 0:
         fail("job", "restart_attempts", "must be 0 (no restarts) or more")
     if s.job.restart_delay_seconds < 0:

@@ -1,22 +1,5 @@
-"""The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests).
-
-The line grammar is written once (`_prefix`, `_tail`) and spelled twice: `LINE_PATTERN` for Python's
-`re` (the ledger, the driver's heartbeat base, loadgen) and, for RE2, which the job's read tasks run
-through Arrow (`formats.arrow_parse`), `LINE_PATTERN_RE2` (the whole line, nothing captured: RE2's
-fast DFA) and `PREFIX_PATTERN_RE2` (the prefix up to the line's first `"`, capturing the client and
-`$time_local`: the only fields counted, so captures never run over a long request, referer or user
-agent). They keep to the subset where the two engines agree (explicit ASCII classes instead of \\S
-and \\d, which Python widens to Unicode; `[\\s\\S]` instead of `.`, whose line terminators
-differ; an absolute end instead of `$`, which Python also lets match before a final newline). IPs
-and times are decided by this module's functions in both paths. A property test
-(tests/unit/formats/test_parse_parity.py) runs both parsers over generated hostile lines.
-
-`$time_local` is strict: `dd/Mon/yyyy:HH:mm:ss +hhmm` exactly as nginx writes it (English month
-abbreviation with a capital, year 1000-9999, a real calendar date, 00-23 hours, no leap second, a
-zone offset within ±18:00) and its UTC instant within Spark's timestamp range (0001-01-01 to
-9999-12-31). Client IPs are canonical (`canonical_ip`); `unix:` (a unix-socket client) is its own
-key. No length limit: a line nginx can write is counted however long its quoted fields are.
-"""
+"""The nginx combined access-log format in one place: formatting (loadgen) and parsing (job, tests),
+with the line grammar written once for Python's `re` and for RE2 (formats.arrow_parse)."""
 
 from __future__ import annotations
 
@@ -50,6 +33,17 @@ __all__ = [
 
 # $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer"
 # "$http_user_agent"
+# The line grammar is written once (`_prefix`, `_tail`) and spelled twice: `LINE_PATTERN` for
+# Python's `re` (the ledger, the driver's heartbeat base, loadgen) and, for RE2, which the job's
+# read tasks run through Arrow (`formats.arrow_parse`), `LINE_PATTERN_RE2` (the whole line, nothing
+# captured: RE2's fast DFA) and `PREFIX_PATTERN_RE2` (the prefix up to the line's first `"`,
+# capturing the client and `$time_local`: the only fields counted, so captures never run over a
+# long request, referer or user agent). They keep to the subset where the two engines agree
+# (explicit ASCII classes instead of \S and \d, which Python widens to Unicode; `[\s\S]` instead
+# of `.`, whose line terminators differ; an absolute end instead of `$`, which Python also lets
+# match before a final newline). IPs and times are decided by this module's functions in both
+# paths. A property test (tests/unit/formats/test_parse_parity.py) runs both parsers over
+# generated hostile lines.
 # A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
 # escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, matched
 # faster by backtracking engines (java.util.regex was ~2.5x faster with it).
@@ -208,6 +202,11 @@ def parse_time_local(text: str) -> datetime:
     """Parse $time_local (with its zone offset) to an aware datetime in UTC, by the rules Spark's
     `to_timestamp(..., 'dd/MMM/yyyy:HH:mm:ss Z')` applies to text matching TIME_PATTERN.
 
+    Strict: `dd/Mon/yyyy:HH:mm:ss +hhmm` exactly as nginx writes it (English month abbreviation
+    with a capital, year 1000-9999, a real calendar date, 00-23 hours, no leap second, a zone
+    offset within ±18:00) and its UTC instant within Spark's timestamp range (0001-01-01 to
+    9999-12-31).
+
     Raises:
         ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm, or not a real time.
         TimeRangeError: a real time whose UTC instant is outside EVENT_TIME_RANGE.
@@ -280,7 +279,9 @@ def client_ip(text: str) -> str:
 
 
 def parse_record(line: str | bytes) -> AccessRecord:
-    """Parse one line with the same rules as the Spark job (any length).
+    """Parse one line with the same rules as the Spark job. Client IPs are canonical
+    (`canonical_ip`); `unix:` (a unix-socket client) is its own key. No length limit: a line nginx
+    can write is counted however long its quoted fields are.
 
     Raises:
         ParseError: not UTF-8, not the combined format, a bad IP or a bad timestamp (whatever the

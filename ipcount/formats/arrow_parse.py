@@ -1,16 +1,5 @@
 """The nginx combined-format parse, vectorised over an Arrow array of raw records: what the job's
-read tasks run before they combine counts.
-
-The same truth as `accesslog.parse_record`, by construction: whether a line is one is the same
-grammar (`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`, matched by RE2's DFA without
-captures, fast at any length), the client and `$time_local` are captured from the line's prefix
-alone (`PREFIX_PATTERN_RE2`, up to its first `"`), and each *distinct* client IP and `$time_local`
-text of a chunk goes through the very functions the Python parser uses (`client_ip`,
-`parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka partition holds few
-distinct seconds and IPs, so those Python calls are a small part of the work; the per-line work
-(UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes hold decides, never how many
-there are, and no content raises (every failure is a verdict code with its reason).
-"""
+read tasks run before they combine counts (executors)."""
 
 from __future__ import annotations
 
@@ -124,7 +113,19 @@ def _mask(array: pa.Array) -> np.ndarray:
 
 
 class ChunkParser:
-    """Parses chunks of one read task; remembers the IPs and seconds it has decided."""
+    """Parses chunks of one read task; remembers the IPs and seconds it has decided.
+
+    The same truth as `accesslog.parse_record`, by construction: whether a line is one is the same
+    grammar (`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`, matched by RE2's DFA without
+    captures, fast at any length), the client and `$time_local` are captured from the line's
+    prefix alone (`PREFIX_PATTERN_RE2`, up to its first `"`), and each *distinct* client IP and
+    `$time_local` text of a chunk goes through the very functions the Python parser uses
+    (`client_ip`, `parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka
+    partition holds few distinct seconds and IPs, so those Python calls are a small part of the
+    work; the per-line work (UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes
+    hold decides, never how many there are, and no content raises (every failure is a verdict
+    code with its reason).
+    """
 
     def __init__(self) -> None:
         self._times: dict[str, int] = {}

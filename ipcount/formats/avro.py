@@ -1,9 +1,10 @@
-"""Avro for the sink's IpCount records: the .avsc, single-object encoding with a fingerprint
-check, and the Confluent Schema Registry wire format (optional extra). Executors and consumers."""
+"""Avro for the sink's IpCount records: the .avsc (their one definition), single-object encoding
+and the Confluent Schema Registry wire format (optional extra). Executors and consumers."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import functools
 import importlib.resources
@@ -22,6 +23,8 @@ __all__ = [
     "SCHEMA_FILE",
     "SINGLE_OBJECT_MAGIC",
     "WIRE_FORMATS",
+    "RECORD_FIELDS",
+    "KEY_FIELD",
     "IpCount",
     "Codec",
     "SingleObjectCodec",
@@ -38,13 +41,21 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 WIRE_FORMATS = ("single-object", "confluent")
 _HEADER_LEN = len(SINGLE_OBJECT_MAGIC) + 8
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_FIELDS = ("window_start", "window_end", "ip", "count")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_TIMESTAMP = "timestamp-millis"
+# The record key is this field, UTF-8 (the .avsc's doc says so).
+KEY_FIELD = "ip"
+# The Python type of each Avro type the .avsc uses (timestamp-millis: epoch ms).
+_PYTHON_TYPES: dict[str, type] = {_TIMESTAMP: int, "long": int, "string": str}
 
 
 @dataclass(frozen=True, slots=True)
 class IpCount:
-    """One sink result: requests of `ip` in [window_start, window_end) (epoch ms, UTC)."""
+    """One sink result: requests of `ip` in [window_start, window_end) (epoch ms, UTC).
+
+    The typed Python view of ip_count.avsc, for mypy; checked against the .avsc when this module
+    loads (`_check_matches_schema`), so the .avsc stays the one definition of the fields.
+    """
 
     window_start: int
     window_end: int
@@ -78,6 +89,33 @@ def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
     return dict(raw)
 
 
+def _field_types(schema: Mapping[str, Any]) -> dict[str, str]:
+    """Each field of a record schema and its Avro type (the logical type where there is one)."""
+    types: dict[str, str] = {}
+    for f in schema["fields"]:
+        kind = f["type"]
+        types[f["name"]] = str(
+            kind.get("logicalType", kind["type"]) if isinstance(kind, dict) else kind
+        )
+    return types
+
+
+# IpCount's fields in .avsc order, with their Avro types ("timestamp-millis", "string", "long").
+RECORD_FIELDS: dict[str, str] = _field_types(load_schema())
+
+
+def _check_matches_schema() -> None:
+    wanted = [(name, _PYTHON_TYPES[kind].__name__) for name, kind in RECORD_FIELDS.items()]
+    got = [(f.name, str(f.type)) for f in dataclasses.fields(IpCount)]
+    if got != wanted:
+        raise SchemaError(
+            f"IpCount's fields {got} differ from ipcount/schemas/{SCHEMA_FILE}'s {wanted}"
+        )
+
+
+_check_matches_schema()
+
+
 def canonical_form(schema: Mapping[str, Any]) -> str:
     """The Avro Parsing Canonical Form of a schema (what the fingerprint is computed over)."""
     return str(to_parsing_canonical_form(parse_schema(copy.deepcopy(dict(schema)))))
@@ -104,16 +142,22 @@ def _check_record(record: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(record, Mapping):
         raise SchemaError(f"an IpCount record must be a mapping, got {type(record).__name__}")
     keys = set(record)
-    if keys != set(_FIELDS):
-        missing = [f for f in _FIELDS if f not in keys]
-        extra = sorted(str(k) for k in keys - set(_FIELDS))
+    if keys != RECORD_FIELDS.keys():
+        missing = [f for f in RECORD_FIELDS if f not in keys]
+        extra = sorted(str(k) for k in keys - RECORD_FIELDS.keys())
         raise SchemaError(
             f"IpCount record fields: missing {missing}, unexpected {extra}: {dict(record)!r}"
         )
     out = dict(record)
-    for name in ("window_start", "window_end"):
+    for name, kind in RECORD_FIELDS.items():
         value = out[name]
-        if isinstance(value, dt.datetime):
+        if kind == "string":
+            if not isinstance(value, str):
+                raise SchemaError(
+                    f"IpCount.{name} must be a string, got {value!r} in {dict(record)!r}"
+                )
+            continue
+        if kind == _TIMESTAMP and isinstance(value, dt.datetime):
             if value.tzinfo is None:
                 raise SchemaError(
                     f"IpCount.{name} must be epoch ms or an aware datetime, got {value!r}"
@@ -121,9 +165,6 @@ def _check_record(record: Mapping[str, Any]) -> dict[str, Any]:
             value = (value - _EPOCH) // dt.timedelta(milliseconds=1)
             out[name] = value
         _check_long(name, value, record)
-    _check_long("count", out["count"], record)
-    if not isinstance(out["ip"], str):
-        raise SchemaError(f"IpCount.ip must be a string, got {out['ip']!r} in {dict(record)!r}")
     return out
 
 
@@ -203,7 +244,7 @@ class SingleObjectCodec:
             raise DecodeError(f"{len(data) - stream.tell()} trailing bytes after the Avro body")
         if not isinstance(rec, dict):
             raise DecodeError(f"Avro body decoded to {type(rec).__name__}, not a record")
-        return IpCount(rec["window_start"], rec["window_end"], rec["ip"], rec["count"])
+        return IpCount(**rec)
 
 
 class ConfluentCodec:
@@ -248,9 +289,10 @@ class ConfluentCodec:
             rec = self._deserializer(data, self._ctx)
         except Exception as exc:
             raise DecodeError(f"Confluent Avro deserialization failed: {exc}") from exc
-        return IpCount(
-            _to_ms(rec["window_start"]), _to_ms(rec["window_end"]), rec["ip"], rec["count"]
-        )
+        fields: dict[str, Any] = {
+            k: _to_ms(v) if RECORD_FIELDS[k] == _TIMESTAMP else v for k, v in rec.items()
+        }
+        return IpCount(**fields)
 
 
 def _to_ms(value: Any) -> int:

@@ -1,11 +1,5 @@
 """Where noida-db, the embedded development broker, differs from Apache Kafka, and the switches
-for the workarounds ipcount carries for it: on Apache Kafka none of them is active.
-
-`kafka.broker_quirks` picks them: "auto" (default) asks the broker once per process and
-bootstrap list; "noida-db" or "none" say it outright (e.g. when DescribeConfigs is not allowed).
-Durability differences (noida-db saves its state about once a second) are not client workarounds:
-they are `LocalBroker.durable_kill`, used by the tests and `ipcount chaos`.
-"""
+for the workarounds ipcount carries for it: on Apache Kafka none of them is active."""
 
 from __future__ import annotations
 
@@ -77,7 +71,11 @@ def quirks_named(mode: str) -> BrokerQuirks:
 def broker_quirks(
     conf: Mapping[str, str], mode: str = "auto", timeout: float = 10.0
 ) -> BrokerQuirks:
-    """The quirks of the brokers `conf` points at.
+    """The quirks of the brokers `conf` points at, as `kafka.broker_quirks` (`mode`) picks them:
+    "auto" (default) asks the broker once per process and bootstrap list; "noida-db" or "none"
+    say it outright (e.g. when DescribeConfigs is not allowed). Durability differences (noida-db
+    saves its state about once a second) are not client workarounds: they are
+    `LocalBroker.durable_kill`, used by the tests and `ipcount chaos`.
 
     "auto" asks the broker for its configuration (DescribeConfigs) once per bootstrap list:
     Apache Kafka reports hundreds of settings including transaction.max.timeout.ms; noida-db

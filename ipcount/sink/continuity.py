@@ -1,7 +1,6 @@
 """Before the sink writes a batch: the broker still holds the newest commit this sink knows of
-(driver). A broker that acknowledged a commit and then lost it (noida-db stopped mid-commit; a
-cluster restored from an older disk) would otherwise get the next batch written over the hole,
-and the lost windows would never be counted."""
+(driver); a lost commit (noida-db stopped mid-commit; a cluster restored from an older disk) would
+otherwise get the next batch written over the hole, and its windows never counted."""
 
 from __future__ import annotations
 

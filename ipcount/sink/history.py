@@ -1,26 +1,5 @@
-"""The sink's committed history against Spark's checkpoint (driver).
-
-Each progress marker (topics.progress, key = query id, compacted) says what one committed batch
-wrote and consumed: {"queryId", "batchId", "topic", "sourceEnd", "records", ...}; "sourceEnd" is
-the source's end offset of that batch as Spark's offset log holds it. The checkpoint keeps the
-sink's receipts (checkpoint.receipts). Three disagreements stop a job with a message that names
-both sides and how to recover, instead of counting anything twice or skipping it:
-
-- lost commit: a receipt newer than the query's newest marker (the broker acknowledged that
-  commit and lost it);
-- older checkpoint: Spark has not planned the sink's newest committed batch yet, or planned a
-  batch with that id over other offsets (a restored copy);
-- another query: the sink topic holds output of another query over the same source topics and
-  this query has none (a deleted or replaced checkpoint, or a second job): `--new-query` starts
-  this one at that query's last committed source offsets instead.
-
-Every start of a query also announces itself: a record {"kind": "run", "queryId", "runId"} under
-the key `<queryId>#run#<runId>`, written before the query starts. Which start is newer is decided
-by the broker's log order, never by a clock. A sink whose producer was fenced stops for good once
-a start announced after its own has committed a batch; otherwise it re-initialises: the fencer
-was another Python worker of the same job, or a newer start that has committed nothing (and may
-be gone).
-"""
+"""The sink's committed history (progress markers and run announcements on topics.progress)
+against Spark's checkpoint (driver): what stops a job instead of counting twice or skipping."""
 
 from __future__ import annotations
 
@@ -64,6 +43,13 @@ def announce_run(
     producer_conf: Mapping[str, str], progress_topic: str, query_id: str, run_id: str
 ) -> None:
     """Record in the progress topic that `run_id` is now the newest start of `query_id`.
+
+    Every start of a query announces itself, before the query starts: a record {"kind": "run",
+    "queryId", "runId"} under the key `<queryId>#run#<runId>`. Which start is newer is decided by
+    the broker's log order (`run_order`), never by a clock. A sink whose producer was fenced
+    stops for good once a start announced after its own has committed a batch; otherwise it
+    re-initialises: the fencer was another Python worker of the same job, or a newer start that
+    has committed nothing (and may be gone).
 
     Raises:
         SinkError: the broker did not acknowledge the record.
@@ -153,6 +139,10 @@ def read_markers(
 ) -> dict[str, dict[str, Any]]:
     """The newest committed progress marker of every query id (read_committed).
 
+    Each progress marker (topics.progress, key = query id, compacted) says what one committed
+    batch wrote and consumed: {"queryId", "batchId", "topic", "sourceEnd", "records", ...};
+    "sourceEnd" is the source's end offset of that batch as Spark's offset log holds it.
+
     Raises:
         SinkError: a marker of the topic is not ipcount's.
     """
@@ -199,7 +189,16 @@ def _same_content(a: Any, b: Any) -> bool:
 
 
 def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: str) -> None:
-    """At start: the query's newest marker (None: it has none) against its checkpoint.
+    """At start: the query's newest marker (None: it has none) against its checkpoint and the
+    sink's receipts there (checkpoint.receipts). Disagreements stop the job with a message that
+    names both sides and how to recover, instead of counting anything twice or skipping it:
+
+    - lost commit: a receipt newer than the query's newest marker (the broker acknowledged that
+      commit and lost it);
+    - older checkpoint: Spark has not planned the sink's newest committed batch yet, or planned a
+      batch with that id over other offsets (a restored copy).
+
+    (A third, another query's output on the sink topic, is `other_query_output`.)
 
     Raises:
         SinkHistoryError: a lost commit, or a checkpoint older than the sink's history.
@@ -331,7 +330,11 @@ def other_query_output(
     source_topics: Iterable[str],
 ) -> Mapping[str, Any] | None:
     """The newest marker of another query that wrote `topic` from any of `source_topics` (None
-    when there is none). Markers without "topic"/"sourceEnd" (older ipcount) are not judged."""
+    when there is none). Markers without "topic"/"sourceEnd" (older ipcount) are not judged.
+
+    When this query has no output of its own, such a marker means a deleted or replaced
+    checkpoint, or a second job: `--new-query` starts this one at that query's last committed
+    source offsets instead (`starting_offsets_after`)."""
     wanted = set(source_topics)
     found: Mapping[str, Any] | None = None
     for qid, marker in markers.items():

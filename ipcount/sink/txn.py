@@ -1,45 +1,35 @@
-"""The sink's transactional producer (driver side): one Kafka transaction per micro-batch with
-its records and a progress marker {queryId, batchId, watermarkMs, ...}; idempotent replay;
-classified Kafka errors."""
+"""The sink's transactional session (driver): one Kafka transaction per micro-batch with its
+records and a progress marker, idempotent replay, and the process-wide session per id."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from ipcount.checkpoint.offset_log import OffsetLog
 from ipcount.checkpoint.receipts import Receipt, ReceiptLog
-from ipcount.errors import ConfigError, FatalKafkaError, SinkError, TransactionAbortedError
+from ipcount.errors import ConfigError, FatalKafkaError, SinkError
 from ipcount.faults import fault_point
-from ipcount.kafka.client import (
-    check_transaction_timeout,
-    describe_kafka_error,
-    transaction_timeout_error,
-    with_client_logging,
-)
+from ipcount.kafka.client import check_transaction_timeout, with_client_logging
 from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import POSITION_KEY, check_checkpoint, check_replay, read_markers
-from ipcount.sink.produce import chain, produce
+from ipcount.sink.txn_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
 
-__all__ = ["TxnSession"]
+__all__ = ["TxnSession", "session_for", "abort_open_transaction"]
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-# librdkafka reports a fenced producer as _FENCED (fatal); the broker codes behind it too.
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-_BACKOFF_START, _BACKOFF_MAX = 0.1, 2.0
-
-
-class TxnSession:
+class TxnSession(TxnCalls):
     """One transactional producer for one transactional.id, and the last batch it committed.
 
     `start()` (called by the first commit) checks the topics and the transaction timeout,
@@ -48,18 +38,12 @@ class TxnSession:
     """
 
     def __init__(self, config: TxnConfig) -> None:
-        self.config = config
+        super().__init__(config)
         self.last_committed: int | None = None
         # The run id in the newest progress marker (who committed last_committed).
         self.last_run_id: str = ""
         # The newest progress marker of this query (None: it has committed nothing).
         self.last_marker: dict[str, Any] | None = None
-        self._producer: Any = None
-        self._in_transaction = False
-
-    @property
-    def started(self) -> bool:
-        return self._producer is not None
 
     def start(self) -> None:
         """Create the producer, fence predecessors, and load the last committed batchId.
@@ -124,7 +108,7 @@ class TxnSession:
             self.start()
             return self._commit_once(batch_id, batch)
         except FatalKafkaError as exc:
-            if not cached or not _is_fenced(exc):
+            if not cached or not is_fenced(exc):
                 raise
         # Fenced since the last commit: by a newer start (stop once it committed: sink.fencing)
         # or by another Python worker of this job (Spark reuses workers; re-initialising re-reads
@@ -201,7 +185,7 @@ class TxnSession:
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
         try:
-            count, late = self._produce_all(producer, chain(first, it))
+            count, late = self._produce_all(producer, itertools.chain((first,), it))
             marker = {
                 "queryId": self.config.query_id,
                 "batchId": batch_id,
@@ -292,21 +276,6 @@ class TxnSession:
         except OSError as exc:  # the commit stands; only the lost-commit check is weaker
             logger.warning("batch %d: could not write its commit receipt: %s", batch_id, exc)
 
-    def abort_open(self, batch_id: int) -> bool:
-        """Abort the open transaction, if any. Returns whether one was open."""
-        if not self._in_transaction or self._producer is None:
-            return False
-        producer = self._producer
-        self._call("abort_transaction", lambda t: producer.abort_transaction(t))
-        self._in_transaction = False
-        logger.warning("batch %d: open transaction aborted", batch_id)
-        return True
-
-    def close(self) -> None:
-        """Drop the producer (an open transaction is aborted by the next init with this id)."""
-        self._producer = None
-        self._in_transaction = False
-
     def _produce_all(self, producer: Any, records: Iterable[Record]) -> tuple[int, int]:
         """Produce every record; returns (records to the sink topic, records to other topics)."""
         topic = self.config.topic
@@ -350,94 +319,34 @@ class TxnSession:
             return None, ""
         return int(self.last_marker["batchId"]), str(self.last_marker.get("runId", ""))
 
-    def _call(self, op: str, fn: Callable[[float], T], batch_id: int | None = None) -> T:
-        """Run one transactional API call, classifying its Kafka errors: retriable -> retry with
-        back-off until retry_deadline_seconds; txn_requires_abort -> abort, TransactionAbortedError;
-        fenced/fatal -> FatalKafkaError; INVALID_TRANSACTION_TIMEOUT -> ConfigError."""
-        cfg = self.config
-        deadline = time.monotonic() + cfg.retry_deadline_seconds
-        backoff = _BACKOFF_START
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.1)
-            try:
-                return fn(remaining)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if not isinstance(err, KafkaError):
-                    self._discard()
-                    raise FatalKafkaError(f"{op} failed unexpectedly: {exc}") from exc
-                if err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-                    self._discard()
-                    raise transaction_timeout_error(cfg.transaction_timeout_ms, None) from exc
-                if err.fatal() or err.code() in _FENCED_CODES:
-                    raise self._fatal(op, err) from exc
-                if err.txn_requires_abort() and op != "abort_transaction":
-                    self._fail_in_transaction(batch_id, op, exc)
-                if err.retriable() and time.monotonic() < deadline:
-                    logger.warning(
-                        "%s: retriable Kafka error, retrying in %.1fs: %s",
-                        op,
-                        backoff,
-                        describe_kafka_error(err),
-                    )
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX)
-                    continue
-                if self._in_transaction:
-                    self._fail_in_transaction(batch_id, op, exc)
-                self._discard()
-                why = (
-                    "kept failing past sink.retry_deadline_seconds" if err.retriable() else "failed"
-                )
-                raise SinkError(f"{op} {why} ({cfg.retry_deadline_seconds:g}s)", err) from exc
-
-    def _fatal(self, op: str, err: KafkaError) -> FatalKafkaError:
-        """Drop the producer and build the error for a fenced or fatally failed producer."""
-        self._discard()
-        cfg = self.config
-        if err.code() in _FENCED_CODES:
-            return FatalKafkaError(
-                f"{op}: this writer was fenced: another producer started with the same "
-                f"transactional.id {cfg.transactional_id!r} (query {cfg.query_id}). Two jobs are "
-                "using the same checkpoint; this one stops, the newer one continues",
-                err,
-            )
-        return FatalKafkaError(
-            f"{op}: fatal Kafka error for transactional.id {cfg.transactional_id!r}; the producer "
-            "cannot continue: restart the job",
-            err,
-        )
-
-    def _fail_in_transaction(self, batch_id: int | None, op: str, exc: KafkaException) -> None:
-        """Abort the open transaction and raise TransactionAbortedError (or FatalKafkaError)."""
-        err = exc.args[0] if exc.args else exc
-        if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES):
-            raise self._fatal(f"{op} for batch {batch_id}", err) from exc
-        self._in_transaction = False
-        producer = self._producer
-        self._call("abort_transaction", lambda t: producer.abort_transaction(t))
-        raise TransactionAbortedError(
-            f"{op} for batch {batch_id} failed; its transaction was aborted, nothing of it is "
-            "visible to read_committed readers, and the batch can be retried",
-            err,
-        ) from exc
-
-    def _abort_quietly(self, batch_id: int) -> None:
-        try:
-            self.abort_open(batch_id)
-        except Exception:  # the original error matters more; the next init aborts it anyway
-            logger.exception("batch %d: abort after a failure failed too", batch_id)
-            self._discard()
-
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and
         # re-reads the progress marker, so the outcome of an uncertain commit is decided by Kafka.
-        self._producer = None
-        self._in_transaction = False
+        super()._discard()
         self.last_committed = None
         self.last_marker = None
 
 
-def _is_fenced(exc: FatalKafkaError) -> bool:
-    err = exc.kafka_error
-    return isinstance(err, KafkaError) and err.code() in _FENCED_CODES
+# Commits run in a reused Python process on the driver, while the writer object is rebuilt for
+# every batch: the producer and the last committed batchId therefore live at module level.
+_SESSIONS: dict[str, TxnSession] = {}
+_LOCK = threading.Lock()
+
+
+def session_for(config: TxnConfig) -> TxnSession:
+    """The process-wide session for `config.transactional_id` (replaced if the config changed)."""
+    with _LOCK:
+        current = _SESSIONS.get(config.transactional_id)
+        if current is None or current.config != config:
+            if current is not None:
+                current.close()
+            current = TxnSession(config)
+            _SESSIONS[config.transactional_id] = current
+        return current
+
+
+def abort_open_transaction(transactional_id: str, batch_id: int) -> bool:
+    """Abort the process-wide session's open transaction, if it has one."""
+    with _LOCK:
+        session = _SESSIONS.get(transactional_id)
+    return session is not None and session.abort_open(batch_id)

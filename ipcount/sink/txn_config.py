@@ -7,7 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ipcount.config import redact
+from ipcount.config import MIN_TRANSACTION_TIMEOUT_MS, SinkSettings, redact
 from ipcount.errors import ConfigError
 
 __all__ = [
@@ -50,8 +50,8 @@ class TxnConfig:
     # librdkafka settings, secrets included: kept out of repr (see __repr__).
     producer_conf: dict[str, str] = field(default_factory=dict, repr=False)
     consumer_conf: dict[str, str] = field(default_factory=dict, repr=False)
-    transaction_timeout_ms: int = 60_000
-    retry_deadline_seconds: float = 60.0
+    transaction_timeout_ms: int = SinkSettings.transaction_timeout_ms
+    retry_deadline_seconds: float = SinkSettings.retry_deadline_seconds
     # Which start of the job writes (new_run_id); recorded in each progress marker.
     run_id: str = ""
     # Where late-count corrections go, in the same transaction ("" = none are written).
@@ -80,9 +80,9 @@ class TxnConfig:
                 raise ConfigError(f"the transactional sink needs {name} (empty)")
         if "bootstrap.servers" not in self.producer_conf:
             raise ConfigError("the transactional sink needs kafka.bootstrap.servers")
-        if self.transaction_timeout_ms < 1000:
+        if self.transaction_timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:
             raise ConfigError(
-                "sink.transaction_timeout_ms must be at least 1000, "
+                f"sink.transaction_timeout_ms must be at least {MIN_TRANSACTION_TIMEOUT_MS}, "
                 f"got {self.transaction_timeout_ms}"
             )
         if self.retry_deadline_seconds <= 0:

@@ -20,10 +20,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ipcount.config import Settings
+from ipcount.config import Settings, SinkSettings
 from ipcount.errors import ConfigError, SchemaError
-from ipcount.formats.avro import WIRE_FORMATS, make_codec
-from ipcount.sink.sessions import abort_open_transaction, session_for
+from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_codec
+from ipcount.sink.txn import abort_open_transaction, session_for
 from ipcount.sink.txn_config import Record, TxnConfig, default_transactional_id, new_run_id
 from ipcount.worker_gc import freeze_long_lived
 
@@ -31,12 +31,13 @@ __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage"
 
 logger = logging.getLogger(__name__)
 
-_COUNTS_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
-    "window_start": (TimestampType,),
-    "window_end": (TimestampType,),
-    "ip": (StringType,),
-    "count": (LongType, IntegerType),
+# The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
+_SPARK_TYPES: dict[str, tuple[type[DataType], ...]] = {
+    "timestamp-millis": (TimestampType,),
+    "string": (StringType,),
+    "long": (LongType, IntegerType),
 }
+_COUNTS_COLUMNS = {name: _SPARK_TYPES[kind] for name, kind in RECORD_FIELDS.items()}
 # Counts mode may mark rows as late-count corrections: they go to option lateTopic.
 _COUNTS_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {"late": (BooleanType,)}
 _RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
@@ -142,9 +143,10 @@ class KafkaTxnCommitMessage(WriterCommitMessage):
 class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
     """Encodes rows on executors; commits each micro-batch transactionally on the driver."""
 
-    DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
-    DEFAULT_RETRY_DEADLINE_SECONDS = 60.0
-    DEFAULT_WIRE_FORMAT = "single-object"
+    # The sink's defaults are the settings' (config.SinkSettings).
+    DEFAULT_TRANSACTION_TIMEOUT_MS = SinkSettings.transaction_timeout_ms
+    DEFAULT_RETRY_DEADLINE_SECONDS = SinkSettings.retry_deadline_seconds
+    DEFAULT_WIRE_FORMAT = SinkSettings.wire_format
     DEFAULT_MODE = "counts"
     MODES = ("counts", "raw")
 
@@ -240,22 +242,27 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             if "late" in self.columns
             else codec
         )
+        names = list(RECORD_FIELDS)
         for batch in iterator:
-            starts = _millis(batch, "window_start")
-            ends = _millis(batch, "window_end")
-            ips = batch.column("ip").to_pylist()
-            counts = batch.column("count").to_pylist()
+            columns = [
+                _millis(batch, name)
+                if kind == "timestamp-millis"
+                else batch.column(name).to_pylist()
+                for name, kind in RECORD_FIELDS.items()
+            ]
             lates = (
-                batch.column("late").to_pylist() if "late" in self.columns else [False] * len(ips)
+                batch.column("late").to_pylist()
+                if "late" in self.columns
+                else [False] * batch.num_rows
             )
-            for start, end, ip, count, late in zip(starts, ends, ips, counts, lates, strict=True):
-                row = {"window_start": start, "window_end": end, "ip": ip, "count": count}
+            for values, late in zip(zip(*columns, strict=True), lates, strict=True):
+                row = dict(zip(names, values, strict=True))
                 if late:
                     message.late_values.append(late_codec.encode(row))
-                    message.late_keys.append(ip.encode("utf-8"))
+                    message.late_keys.append(row[KEY_FIELD].encode("utf-8"))
                 else:
                     message.values.append(codec.encode(row))
-                    message.keys.append(ip.encode("utf-8"))
+                    message.keys.append(row[KEY_FIELD].encode("utf-8"))
         return message
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

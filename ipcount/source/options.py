@@ -1,47 +1,28 @@
-"""Options of the Kafka source (parsed on the driver, carried to executors), its client configs."""
+"""Options of the Kafka source: one table of (Spark option name, field, default, parser) from which
+the driver parses them (`parse_options`) and maps settings to them (`source_options`)."""
 
 from __future__ import annotations
 
 import difflib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipcount.config import Settings
+from ipcount.config import MAX_BYTES_PER_BATCH, MIN_BYTES_PER_BATCH, Settings
 from ipcount.errors import ConfigError, SourceError
 from ipcount.kafka.quirks import broker_quirks, quirks_named
 from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
 
-__all__ = ["SourceOptions", "parse_options", "source_options"]
+__all__ = [
+    "EVENT_TIME_FORMATS",
+    "FLUSH_MODES",
+    "OUTPUTS",
+    "SourceOptions",
+    "parse_options",
+    "source_options",
+]
 
-# Options named like Spark's Kafka source (keys arrive lower-cased from Spark).
-_KNOWN = {
-    "subscribe",
-    "startingoffsets",
-    "maxoffsetspertrigger",
-    "minpartitions",
-    "maxrecordsperpartition",
-    "failondataloss",
-    "kafkaconsumer.polltimeoutms",
-    "idletimeoutms",
-    "heartbeatmaxadvancems",
-    "heartbeatintervalms",
-    "brokerquirks",
-    "eventtimeformat",
-    "maxfutureskewms",
-    "availablenowflush",
-    "querycheckpoint",
-    "countscheckpoint",
-    "watermarkdelayms",
-    "maxbytesperbatch",
-    "output",
-    "windowms",
-    "latecorrections",
-}
-# Options that no longer do anything but are still accepted, so a job that sets them keeps
-# starting. maxRecordBytes: a record's length never decides whether it counts (issue 28).
-_RETIRED = {"maxrecordbytes"}
 # How the driver finds the newest event time for heartbeats: the records' Kafka timestamps, or the
 # $time_local of valid nginx combined-format lines (what the ipcount job counts).
 EVENT_TIME_FORMATS = ("kafka-timestamp", "nginx-combined")
@@ -49,9 +30,12 @@ EVENT_TIME_FORMATS = ("kafka-timestamp", "nginx-combined")
 # the data closed are emitted, later runs lose nothing) or past every window ("all").
 FLUSH_MODES = ("data", "all")
 # What the read tasks hand to Spark: the raw records (Spark's Kafka source schema), partial counts
-# per (window, client, late) of the nginx combined-format lines they read (the combiner, see
-# source.combine), or only the records those counts leave out, with their reason (dead letters).
+# per (window, client, late) of the nginx combined-format lines they read (source.combiner), or
+# only the records those counts leave out, with their reason (dead letters).
 OUTPUTS = ("records", "counts", "rejects")
+# Options that no longer do anything but are still accepted, so a job that sets them keeps
+# starting. maxRecordBytes: a record's length never decides whether it counts (issue 28).
+_RETIRED = {"maxrecordbytes"}
 # Spark Kafka options this source does not implement: fail instead of silently ignoring them.
 _UNSUPPORTED = {
     "assign",
@@ -65,7 +49,6 @@ _UNSUPPORTED = {
     "includeheaders",
     "minoffsetspertrigger",
     "maxtriggerdelay",
-    "maxrecordsperpartition",
     "groupidprefix",
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
@@ -84,46 +67,33 @@ _CONSUMER_DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SourceOptions:
-    """Validated source options; plain data so the reader stays picklable."""
+    """Validated source options (see `_OPTIONS` for each one's meaning and default); plain data, so
+    the reader stays picklable."""
 
     topics: tuple[str, ...]
     starting_offsets: str | dict[TopicPartitionKey, int]
     kafka: dict[str, str] = field(repr=False)
-    max_offsets_per_trigger: int | None = None
-    min_partitions: int | None = None
-    max_records_per_partition: int | None = None
-    fail_on_data_loss: bool = True
-    poll_timeout_ms: int = 120_000
-    idle_timeout_ms: int = 0
-    heartbeat_max_advance_ms: int = 60_000
-    heartbeat_interval_ms: int = 1_000
-    # BrokerQuirks name: "noida-db" or "none" (the pipeline asks the broker; see kafka.quirks).
-    broker_quirks: str = "none"
-    event_time_format: str = "kafka-timestamp"
-    # Event times more than this ahead of the planning clock never become a heartbeat base (0: no
-    # bound).
-    max_future_skew_ms: int = 0
-    available_now_flush: str = "data"
-    # The reading query's checkpointLocation: each batch's rows carry the watermark its late
-    # records are judged by (column late_before), read from that checkpoint's offset log.
-    query_checkpoint: str = ""
-    # output=rejects: the counting query's checkpointLocation. The dead letters follow its
-    # batches, and each record is judged by the batch time of the batch that counted it.
-    counts_checkpoint: str = ""
-    # The query's watermark delay: availableNowFlush=all closes the window of the newest event
-    # time, and no more, by moving event time to that window's end plus this delay.
-    watermark_delay_ms: int = 0
-    # A read task hands its records to Spark in Arrow batches of at most this many value bytes
-    # (or BATCH_ROWS records, whichever comes first).
-    max_bytes_per_batch: int = 16 * 1024 * 1024
-    output: str = "records"
-    # output=counts|rejects: the tumbling window length (records count at any length).
-    window_ms: int = 5_000
-    # output=counts: records of already-emitted windows count as corrections (late=true); off,
-    # they are left to Spark, which drops them (numRowsDroppedByWatermark).
-    late_corrections: bool = True
+    max_offsets_per_trigger: int | None
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    fail_on_data_loss: bool
+    poll_timeout_ms: int
+    idle_timeout_ms: int
+    heartbeat_max_advance_ms: int
+    heartbeat_interval_ms: int
+    broker_quirks: str
+    event_time_format: str
+    max_future_skew_ms: int
+    available_now_flush: str
+    query_checkpoint: str
+    counts_checkpoint: str
+    watermark_delay_ms: int
+    max_bytes_per_batch: int
+    output: str
+    window_ms: int
+    late_corrections: bool
 
     @property
     def heartbeats(self) -> bool:
@@ -157,19 +127,115 @@ class SourceOptions:
         return conf
 
 
-def _int(
-    options: Mapping[str, str], key: str, name: str, default: int | None, minimum: int
-) -> int | None:
-    if key not in options:
-        return default
-    raw = options[key]
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigError(f"option {name}={raw!r} must be an integer") from None
-    if value < minimum:
-        raise ConfigError(f"option {name}={value} must be >= {minimum}")
-    return value
+Parser = Callable[[str, str], Any]
+
+
+def _integer(minimum: int) -> Parser:
+    def parse(name: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"option {name}={raw!r} must be an integer") from None
+        if value < minimum:
+            raise ConfigError(f"option {name}={value} must be >= {minimum}")
+        return value
+
+    return parse
+
+
+def _boolean(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name}={raw!r} must be true or false")
+    return value == "true"
+
+
+def _one_of(allowed: tuple[str, ...]) -> Parser:
+    def parse(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in allowed:
+            raise ConfigError(f"option {name}={raw!r} must be one of {', '.join(allowed)}")
+        return value
+
+    return parse
+
+
+def _text(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+def _topics(name: str, raw: str) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+    if not topics:
+        raise ConfigError(f"option {name} is required: one or more comma-separated topics")
+    if len(set(topics)) != len(topics):
+        raise ConfigError(f"option {name}={raw!r} names a topic twice")
+    return topics
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One source option: its Spark name (case-insensitive), the SourceOptions field it sets, its
+    default as option text (None: unset), and the parser that turns the text into the value."""
+
+    name: str
+    field: str
+    default: str | None
+    parse: Parser
+
+
+# Every option of the source, named like Spark's Kafka source where it has one.
+_OPTIONS = (
+    # Comma-separated topics to read (required).
+    _Option("subscribe", "topics", "", _topics),
+    # false: deleted offsets (retention, a re-created topic) are skipped with a warning.
+    _Option("failOnDataLoss", "fail_on_data_loss", "true", _boolean),
+    # earliest | latest | {"topic":{"0":23,"1":-2}} (-2 earliest, -1 latest), every partition named.
+    _Option("startingOffsets", "starting_offsets", "latest", lambda name, raw: raw),
+    _Option("output", "output", "records", _one_of(OUTPUTS)),
+    _Option("eventTimeFormat", "event_time_format", "kafka-timestamp", _one_of(EVENT_TIME_FORMATS)),
+    # Event times more than this ahead of the batch's time are future: not counted, never a
+    # heartbeat base (0: no bound).
+    _Option("maxFutureSkewMs", "max_future_skew_ms", "0", _integer(0)),
+    _Option("maxOffsetsPerTrigger", "max_offsets_per_trigger", None, _integer(1)),
+    _Option("minPartitions", "min_partitions", None, _integer(1)),
+    _Option("maxRecordsPerPartition", "max_records_per_partition", None, _integer(1)),
+    # A read task fails when its consumer makes no progress for this long.
+    _Option("kafkaConsumer.pollTimeoutMs", "poll_timeout_ms", "120000", _integer(1)),
+    # Idle heartbeats after this much wall-clock time without records (0: off).
+    _Option("idleTimeoutMs", "idle_timeout_ms", "0", _integer(0)),
+    # A heartbeat is at most this far past the newest trusted event time...
+    _Option("heartbeatMaxAdvanceMs", "heartbeat_max_advance_ms", "60000", _integer(1)),
+    # ... and at least this long after the previous heartbeat.
+    _Option("heartbeatIntervalMs", "heartbeat_interval_ms", "1000", _integer(0)),
+    # Workarounds for noida-db: "noida-db" or "none" (the pipeline asks the broker: kafka.quirks).
+    _Option("brokerQuirks", "broker_quirks", "none", lambda name, raw: quirks_named(raw).name),
+    _Option("availableNowFlush", "available_now_flush", "data", _one_of(FLUSH_MODES)),
+    # The reading query's checkpointLocation: each batch's rows carry the watermark its late
+    # records are judged by (column late_before), and its batch time, from its offset log.
+    _Option("queryCheckpoint", "query_checkpoint", "", _text),
+    # output=rejects: the counting query's checkpointLocation. The dead letters follow its
+    # batches, and each record is judged by the batch time of the batch that counted it.
+    _Option("countsCheckpoint", "counts_checkpoint", "", _text),
+    # The query's watermark delay: availableNowFlush=all closes the window of the newest event
+    # time, and no more, by moving event time to that window's end plus this delay.
+    _Option("watermarkDelayMs", "watermark_delay_ms", "0", _integer(0)),
+    # A read task hands its records to Spark in Arrow batches of at most this many value bytes
+    # (or partition_reader.BATCH_ROWS records, whichever comes first).
+    _Option(
+        "maxBytesPerBatch",
+        "max_bytes_per_batch",
+        str(MAX_BYTES_PER_BATCH),
+        _integer(MIN_BYTES_PER_BATCH),
+    ),
+    # output=counts|rejects: the tumbling window length (records count at any length).
+    _Option("windowMs", "window_ms", "5000", _integer(1)),
+    # output=counts: records of already-emitted windows count as corrections (late=true); off,
+    # they are left to Spark, which drops them (numRowsDroppedByWatermark).
+    _Option("lateCorrections", "late_corrections", "true", _boolean),
+)
+_BY_FIELD = {o.field: o for o in _OPTIONS}
+_KNOWN = {o.name.lower() for o in _OPTIONS}
 
 
 def parse_options(options: Mapping[str, Any]) -> SourceOptions:
@@ -195,84 +261,30 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
             raise ConfigError(f"option kafka.{key} is not allowed: {why}")
     if not kafka.get("bootstrap.servers"):
         raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port...])")
-    topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
-    if not topics:
-        raise ConfigError("option subscribe is required: one or more comma-separated topics")
-    if len(set(topics)) != len(topics):
-        raise ConfigError(f"option subscribe={opts['subscribe']!r} names a topic twice")
     iso = kafka.get("isolation.level", "read_committed")
     if iso not in ("read_committed", "read_uncommitted"):
         raise ConfigError(
             f"option kafka.isolation.level={iso!r} must be read_committed or read_uncommitted"
         )
-    fail = opts.get("failondataloss", "true").strip().lower()
-    if fail not in ("true", "false"):
-        raise ConfigError(f"option failOnDataLoss={opts['failondataloss']!r} must be true or false")
+    values: dict[str, Any] = {}
+    for o in _OPTIONS:
+        raw = opts.get(o.name.lower(), o.default)
+        values[o.field] = None if raw is None else o.parse(o.name, raw)
     try:
-        starting = parse_starting_offsets(opts.get("startingoffsets", "latest"), topics)
+        values["starting_offsets"] = parse_starting_offsets(
+            values["starting_offsets"], values["topics"]
+        )
     except SourceError as exc:
         raise ConfigError(str(exc)) from None
-    output = _choice(opts, "output", "output", OUTPUTS)
-    event_format = _choice(opts, "eventtimeformat", "eventTimeFormat", EVENT_TIME_FORMATS)
-    skew = _int(opts, "maxfutureskewms", "maxFutureSkewMs", 0, 0) or 0
-    if output != "records" and event_format != "nginx-combined":
+    output = values["output"]
+    if output != "records" and values["event_time_format"] != "nginx-combined":
         raise ConfigError(f"option output={output} needs eventTimeFormat=nginx-combined")
-    if output != "records" and skew > 0:
-        if not opts.get("querycheckpoint", "").strip():
-            raise ConfigError(
-                f"option output={output} with maxFutureSkewMs needs option queryCheckpoint (the "
-                "query's checkpointLocation): a record's batch time comes from its offset log"
-            )
-    return SourceOptions(
-        topics=topics,
-        starting_offsets=starting,
-        kafka=kafka,
-        max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None, 1),
-        min_partitions=_int(opts, "minpartitions", "minPartitions", None, 1),
-        max_records_per_partition=_int(
-            opts, "maxrecordsperpartition", "maxRecordsPerPartition", None, 1
-        ),
-        fail_on_data_loss=fail == "true",
-        poll_timeout_ms=_int(
-            opts, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs", 120_000, 1
+    if output != "records" and values["max_future_skew_ms"] > 0 and not values["query_checkpoint"]:
+        raise ConfigError(
+            f"option output={output} with maxFutureSkewMs needs option queryCheckpoint (the "
+            "query's checkpointLocation): a record's batch time comes from its offset log"
         )
-        or 120_000,
-        idle_timeout_ms=_int(opts, "idletimeoutms", "idleTimeoutMs", 0, 0) or 0,
-        heartbeat_max_advance_ms=_int(
-            opts, "heartbeatmaxadvancems", "heartbeatMaxAdvanceMs", 60_000, 1
-        )
-        or 60_000,
-        heartbeat_interval_ms=_int(opts, "heartbeatintervalms", "heartbeatIntervalMs", 1_000, 0)
-        or 0,
-        broker_quirks=quirks_named(opts.get("brokerquirks", "none")).name,
-        event_time_format=event_format,
-        max_future_skew_ms=skew,
-        available_now_flush=_choice(opts, "availablenowflush", "availableNowFlush", FLUSH_MODES),
-        query_checkpoint=opts.get("querycheckpoint", "").strip(),
-        counts_checkpoint=opts.get("countscheckpoint", "").strip(),
-        watermark_delay_ms=_int(opts, "watermarkdelayms", "watermarkDelayMs", 0, 0) or 0,
-        max_bytes_per_batch=_int(
-            opts, "maxbytesperbatch", "maxBytesPerBatch", 16 * 1024 * 1024, 1024
-        )
-        or 16 * 1024 * 1024,
-        output=output,
-        window_ms=_int(opts, "windowms", "windowMs", 5_000, 1) or 5_000,
-        late_corrections=_bool(opts, "latecorrections", "lateCorrections", True),
-    )
-
-
-def _bool(options: Mapping[str, str], key: str, name: str, default: bool) -> bool:
-    value = options.get(key, "true" if default else "false").strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"option {name}={options[key]!r} must be true or false")
-    return value == "true"
-
-
-def _choice(options: Mapping[str, str], key: str, name: str, allowed: tuple[str, ...]) -> str:
-    value = options.get(key, allowed[0]).strip().lower()
-    if value not in allowed:
-        raise ConfigError(f"option {name}={options[key]!r} must be one of {', '.join(allowed)}")
-    return value
+    return SourceOptions(kafka=kafka, **values)
 
 
 # Heartbeats stop once they pass the last event by window + delay + this much: enough for the
@@ -303,38 +315,46 @@ def source_options(
     the dead letters follow, so that both queries give each record one verdict.
     """
     job = settings.job
-    opts = {
-        "subscribe": settings.topics.source,
+    window_ms, delay_ms = _ms(job.window_seconds), _ms(job.watermark_delay_seconds)
+    # By SourceOptions field; None leaves the option unset.
+    values: dict[str, Any] = {
+        "topics": settings.topics.source,
         "output": output,
-        "windowMs": str(_ms(job.window_seconds)),
-        "lateCorrections": "true" if job.late_corrections else "false",
-        "eventTimeFormat": "nginx-combined",
-        "maxFutureSkewMs": str(_ms(job.max_future_skew_seconds)),
-        "availableNowFlush": "all" if close_all_windows else "data",
-        "watermarkDelayMs": str(_ms(job.watermark_delay_seconds)),
-        "startingOffsets": job.starting_offsets,
-        "maxOffsetsPerTrigger": str(job.max_offsets_per_trigger),
-        "failOnDataLoss": "true" if job.fail_on_data_loss else "false",
-        "maxBytesPerBatch": str(job.max_bytes_per_batch),
+        "window_ms": window_ms,
+        "late_corrections": job.late_corrections,
+        "event_time_format": "nginx-combined",
+        "max_future_skew_ms": _ms(job.max_future_skew_seconds),
+        "available_now_flush": "all" if close_all_windows else "data",
+        "watermark_delay_ms": delay_ms,
+        "starting_offsets": job.starting_offsets,
+        "max_offsets_per_trigger": job.max_offsets_per_trigger,
+        "fail_on_data_loss": job.fail_on_data_loss,
+        "max_bytes_per_batch": job.max_bytes_per_batch,
+        "min_partitions": job.min_partitions or None,
+        "max_records_per_partition": job.max_records_per_partition or None,
+        "query_checkpoint": query_checkpoint or None,
+        "counts_checkpoint": counts_checkpoint or None,
     }
-    if job.min_partitions:
-        opts["minPartitions"] = str(job.min_partitions)
-    if job.max_records_per_partition:
-        opts["maxRecordsPerPartition"] = str(job.max_records_per_partition)
-    if query_checkpoint:
-        opts["queryCheckpoint"] = query_checkpoint
-    if counts_checkpoint:
-        opts["countsCheckpoint"] = counts_checkpoint
     if heartbeats:
-        opts["idleTimeoutMs"] = str(_ms(job.idle_timeout_seconds))
-        opts["heartbeatMaxAdvanceMs"] = str(
-            _ms(job.window_seconds) + _ms(job.watermark_delay_seconds) + _HEARTBEAT_SLACK_MS
-        )
-    for key, value in settings.kafka.to_librdkafka("consumer").items():
-        opts[f"kafka.{key}"] = value
-    opts["brokerQuirks"] = broker_quirks(
+        values["idle_timeout_ms"] = _ms(job.idle_timeout_seconds)
+        values["heartbeat_max_advance_ms"] = window_ms + delay_ms + _HEARTBEAT_SLACK_MS
+    values["broker_quirks"] = broker_quirks(
         settings.kafka.to_librdkafka("admin"),
         settings.kafka.broker_quirks,
         settings.kafka.connect_timeout_seconds,
     ).name
+    opts = {
+        _BY_FIELD[name].name: _option_text(value)
+        for name, value in values.items()
+        if value is not None
+    }
+    for key, value in settings.kafka.to_librdkafka("consumer").items():
+        opts[f"kafka.{key}"] = value
     return opts
+
+
+def _option_text(value: Any) -> str:
+    """A value as Spark option text (options are strings; booleans are true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -23,26 +23,12 @@ from ipcount.kafka.client import describe_kafka_error
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
+from ipcount.source.schema import RECORDS_ARROW_SCHEMA, TIMESTAMP
 from ipcount.worker_gc import gc_paused
 
-__all__ = ["ARROW_SCHEMA", "read_range", "read_messages", "records_batch", "heartbeat_batch"]
+__all__ = ["BATCH_ROWS", "read_range", "read_messages", "records_batch", "heartbeat_batch"]
 
 logger = logging.getLogger(__name__)
-
-# Must equal Spark's Arrow form of the source schema exactly (checked by Spark on the first batch).
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-        pa.field("heartbeat", pa.bool_()),
-        pa.field("late_before", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 # Rows per Arrow batch handed to Spark: large batches amortize the Python/JVM hand-over.
 BATCH_ROWS = 50_000
@@ -51,8 +37,8 @@ _DATA_LOSS_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANG
 
 def _late_before(n: int, late_before_ms: int | None) -> pa.Array:
     if late_before_ms is None:
-        return pa.nulls(n, pa.timestamp("us", tz="UTC"))
-    return pa.repeat(pa.scalar(late_before_ms * 1000, pa.timestamp("us", tz="UTC")), n)
+        return pa.nulls(n, TIMESTAMP)
+    return pa.repeat(pa.scalar(late_before_ms * 1000, TIMESTAMP), n)
 
 
 def heartbeat_batch(topic: str, ts_ms: int, late_before_ms: int | None = None) -> pa.RecordBatch:
@@ -64,12 +50,12 @@ def heartbeat_batch(topic: str, ts_ms: int, late_before_ms: int | None = None) -
             pa.array([topic], pa.string()),
             pa.array([-1], pa.int32()),
             pa.array([-1], pa.int64()),
-            pa.array([ts_ms * 1000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array([ts_ms * 1000], pa.int64()).cast(TIMESTAMP),
             pa.array([-1], pa.int32()),
             pa.array([True], pa.bool_()),
             _late_before(1, late_before_ms),
         ],
-        schema=ARROW_SCHEMA,
+        schema=RECORDS_ARROW_SCHEMA,
     )
 
 
@@ -91,12 +77,12 @@ def records_batch(
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.array([m.offset() for m in msgs], pa.int64()),
-            micros.cast(pa.timestamp("us", tz="UTC")),
+            micros.cast(TIMESTAMP),
             pa.array(types - 1),
             pa.repeat(pa.scalar(False), n),
             _late_before(n, late_before_ms),
         ],
-        schema=ARROW_SCHEMA,
+        schema=RECORDS_ARROW_SCHEMA,
     )
 
 

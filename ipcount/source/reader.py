@@ -1,48 +1,5 @@
-"""Kafka streaming source: `spark.readStream.format("ipcount-kafka")`; driver plans, executors read.
-
-Option `output` chooses what the read tasks hand Spark (schemas in source.schema):
-- `records` (default): the raw records, described below;
-- `counts`: the combiner (source.combine): the tasks parse the nginx combined-format lines they read
-  and pre-aggregate them, one row per (window, client IP, late) with its count and newest event
-  time, plus per-task tallies of malformed and future records; heartbeats as rows of their own;
-- `rejects`: only the records `counts` leaves out (malformed, future), raw, with their reason.
-`counts` and `rejects` take windowMs, maxFutureSkewMs (judged against the batch's
-time from the queryCheckpoint's offset log, so it is required with a skew bound) and
-lateCorrections (default true: records of windows ending by the batch's late_before are late).
-
-output=records schema, like Spark's Kafka source plus two columns: key binary, value binary, topic
-string, partition int, offset long, timestamp timestamp, timestampType int (0 CreateTime, 1
-LogAppendTime), heartbeat boolean, late_before timestamp. A heartbeat row (heartbeat=true; key/value
-null; partition, offset and timestampType -1) carries only an event time in `timestamp`, so a
-watermark can advance when input stops. With idleTimeoutMs > 0, once the source is caught up and no
-record arrived for idleTimeoutMs, each trigger may end its batch with one heartbeat at (newest
-trusted event time + idle wall-clock time), at most heartbeatMaxAdvanceMs past that event time and
-at least heartbeatIntervalMs after the previous heartbeat. The newest trusted event time comes from
-the last records read (eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx
-lines), never more than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with
-two flush heartbeats (the first rides on the batch that reads the last records, the second is a
-batch of its own): availableNowFlush=data puts them at that newest event time, so Spark emits the
-windows the data closed and the checkpoint's watermark stays where the data put it; =all waits for
-the data batches, then puts them at the end of the newest counted event's window plus
-watermarkDelayMs (from the queryCheckpoint's commit log), closing exactly the windows that hold
-data. Real records stop heartbeats. With option countsCheckpoint (output=rejects: the dead-letter
-query), the reader follows that counting query's offset log: it reads only what that query has
-planned and judges each record by that query's batch time for it (kept in its own offsets).
-Heartbeats live in the offset: a replayed batch yields the same rows. With option queryCheckpoint
-(the reading query's checkpointLocation), every row's late_before is the watermark Spark judges this
-batch's late rows by (the previous batch's, from the offset log; see checkpoint.offset_log); without
-it, null.
-
-Options: subscribe, startingOffsets (earliest | latest | {"topic":{"0":23,"1":-2}}; default latest),
-maxOffsetsPerTrigger, minPartitions, maxRecordsPerPartition, failOnDataLoss (default true),
-kafkaConsumer.pollTimeoutMs, idleTimeoutMs (default 0 = off), heartbeatMaxAdvanceMs (60000),
-heartbeatIntervalMs (1000), eventTimeFormat (kafka-timestamp | nginx-combined), maxFutureSkewMs (0 =
-no bound), availableNowFlush (data | all), watermarkDelayMs, queryCheckpoint, countsCheckpoint,
-brokerQuirks (none | noida-db), output (records | counts | rejects), windowMs,
-lateCorrections, and kafka.* passed to librdkafka (kafka.bootstrap.servers required;
-kafka.isolation.level defaults to read_committed). Lag per partition is reported through
-reportLatestOffset (the Python API has no source-metrics hook).
-"""
+"""The `ipcount-kafka` streaming source (`spark.readStream.format("ipcount-kafka")`): the driver
+plans micro-batches from Kafka offsets, executors read them (see KafkaDataSource)."""
 
 from __future__ import annotations
 
@@ -106,7 +63,46 @@ class KafkaInputPartition(InputPartition):
 
 
 class KafkaDataSource(DataSource):
-    """The `ipcount-kafka` streaming source (see the module docstring for schema and options)."""
+    """The `ipcount-kafka` streaming source. Its options, with their defaults, are the table in
+    source.options (`_OPTIONS`); kafka.* go to librdkafka (kafka.bootstrap.servers required,
+    kafka.isolation.level defaults to read_committed). Lag per partition is reported through
+    reportLatestOffset (the Python API has no source-metrics hook).
+
+    Option `output` chooses what the read tasks hand Spark (schemas in source.schema):
+    - `records` (default): the raw records, like Spark's Kafka source plus `heartbeat` and
+      `late_before`;
+    - `counts`: the combiner (source.combiner): the tasks parse the nginx combined-format lines
+      they read and pre-aggregate them, one row per (window, client IP, late) with its count and
+      newest event time, plus per-task tallies of malformed and future records; heartbeats as
+      rows of their own;
+    - `rejects`: only the records `counts` leaves out (malformed, future), raw, with their reason.
+    `counts` and `rejects` take windowMs, maxFutureSkewMs (judged against the batch's time from
+    the queryCheckpoint's offset log, so it is required with a skew bound) and lateCorrections
+    (records of windows ending by the batch's late_before are late).
+
+    A heartbeat row (heartbeat=true; key/value null; partition, offset and timestampType -1)
+    carries only an event time in `timestamp`, so a watermark can advance when input stops. With
+    idleTimeoutMs > 0, once the source is caught up and no record arrived for idleTimeoutMs, each
+    trigger may end its batch with one heartbeat at (newest trusted event time + idle wall-clock
+    time), at most heartbeatMaxAdvanceMs past that event time and at least heartbeatIntervalMs
+    after the previous heartbeat. The newest trusted event time comes from the last records read
+    (eventTimeFormat: their Kafka timestamps, or the $time_local of valid nginx lines), never more
+    than maxFutureSkewMs ahead of the planning clock. Trigger.AvailableNow ends with two flush
+    heartbeats (the first rides on the batch that reads the last records, the second is a batch
+    of its own): availableNowFlush=data puts them at that newest event time, so Spark emits the
+    windows the data closed and the checkpoint's watermark stays where the data put it; =all waits
+    for the data batches, then puts them at the end of the newest counted event's window plus
+    watermarkDelayMs (from the queryCheckpoint's commit log), closing exactly the windows that
+    hold data. Real records stop heartbeats. Heartbeats live in the offset: a replayed batch
+    yields the same rows.
+
+    With option countsCheckpoint (output=rejects: the dead-letter query), the reader follows that
+    counting query's offset log: it reads only what that query has planned and judges each record
+    by that query's batch time for it (kept in its own offsets). With option queryCheckpoint (the
+    reading query's checkpointLocation), every row's late_before is the watermark Spark judges
+    this batch's late rows by (the previous batch's, from the offset log; see
+    checkpoint.offset_log); without it, null.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -352,7 +348,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, KafkaInputPartition):
             raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
         if self.options.output != "records":
-            from ipcount.source.combined_reader import read_task
+            from ipcount.source.combiner_task import read_task
 
             yield from read_task(
                 self.options,

@@ -184,3 +184,21 @@ def _registry_extra_installed() -> bool:
 def test_confluent_without_the_extra_names_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"pip install 'ipcount\[registry\]'"):
         make_codec("confluent", "http://127.0.0.1:1", "ip_count_sink")
+
+
+def test_the_record_fields_are_the_avscs() -> None:
+    # The .avsc is the one definition of IpCount's fields: the codec's check and the typed
+    # IpCount follow it (the sink's input columns too: tests/unit/sink/test_writer_options.py).
+    import dataclasses
+
+    from ipcount.formats.avro import RECORD_FIELDS
+
+    fields = load_schema()["fields"]
+    assert list(RECORD_FIELDS) == [f["name"] for f in fields]
+    assert RECORD_FIELDS == {
+        "window_start": "timestamp-millis",
+        "window_end": "timestamp-millis",
+        "ip": "string",
+        "count": "long",
+    }
+    assert [f.name for f in dataclasses.fields(IpCount)] == list(RECORD_FIELDS)

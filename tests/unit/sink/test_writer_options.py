@@ -169,3 +169,22 @@ def test_txn_config_repr_hides_secrets() -> None:
     text = repr(cfg)
     assert "hunter2" not in text and "s3cr3t" not in text
     assert "b:9093" in text and "ipcount-q" in text
+
+
+def test_the_counts_columns_are_the_avscs_fields() -> None:
+    # A field added to ip_count.avsc is a column the sink asks for, with the Spark types that
+    # encode to its Avro type.
+    from pyspark.sql.types import IntegerType
+
+    from ipcount.formats.avro import RECORD_FIELDS
+    from ipcount.sink.writer import _COUNTS_COLUMNS
+
+    assert list(_COUNTS_COLUMNS) == list(RECORD_FIELDS)
+    assert _COUNTS_COLUMNS == {
+        "window_start": (TimestampType,),
+        "window_end": (TimestampType,),
+        "ip": (StringType,),
+        "count": (LongType, IntegerType),
+    }
+    writer = KafkaTxnStreamWriter(_opts(), COUNTS)
+    assert writer.columns == list(RECORD_FIELDS)

@@ -10,8 +10,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from ipcount.errors import ConfigError, SourceError
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import parse_options
-from ipcount.source.partition_reader import ARROW_SCHEMA, heartbeat_batch
+from ipcount.source.partition_reader import heartbeat_batch
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition, KafkaStreamReader
+from ipcount.source.schema import RECORDS_ARROW_SCHEMA
 
 BASE = {"subscribe": "a, b", "kafka.bootstrap.servers": "127.0.0.1:9"}
 
@@ -110,9 +111,9 @@ def test_consumer_configs_default_and_override() -> None:
 
 def test_arrow_schema_matches_what_spark_expects() -> None:
     # Spark rejects batches whose Arrow schema differs (DATA_SOURCE_RETURN_SCHEMA_MISMATCH).
-    assert ARROW_SCHEMA.equals(to_arrow_schema(SCHEMA, timezone="UTC"))
+    assert RECORDS_ARROW_SCHEMA.equals(to_arrow_schema(SCHEMA, timezone="UTC"))
     batch = heartbeat_batch("t", 1_700_000_000_123)
-    assert batch.schema.equals(ARROW_SCHEMA)
+    assert batch.schema.equals(RECORDS_ARROW_SCHEMA)
     row = batch.to_pylist()[0]
     assert row["heartbeat"] is True and row["key"] is None and row["value"] is None
     assert row["timestamp"].timestamp() == 1_700_000_000.123
@@ -143,8 +144,13 @@ COUNTS = {**BASE, "eventTimeFormat": "nginx-combined", "output": "counts"}
 
 
 def test_the_combiner_outputs_have_their_own_schemas_matching_their_arrow_batches() -> None:
-    from ipcount.source.combine import COUNTS_ARROW_SCHEMA, REJECTS_ARROW_SCHEMA, counts_heartbeat
-    from ipcount.source.schema import COUNTS_SCHEMA, REJECTS_SCHEMA
+    from ipcount.source.combiner import counts_heartbeat
+    from ipcount.source.schema import (
+        COUNTS_ARROW_SCHEMA,
+        COUNTS_SCHEMA,
+        REJECTS_ARROW_SCHEMA,
+        REJECTS_SCHEMA,
+    )
 
     assert KafkaDataSource({**COUNTS}).schema() == COUNTS_SCHEMA
     assert KafkaDataSource({**COUNTS, "output": "rejects"}).schema() == REJECTS_SCHEMA
@@ -175,3 +181,42 @@ def test_bad_combiner_options_name_the_option(extra: dict[str, str], message: st
     # With the reading query's checkpoint, a skew bound is fine: the batch time comes from it.
     if "maxFutureSkewMs" in extra:
         parse_options({**COUNTS, **extra, "queryCheckpoint": "/tmp/ckpt"})
+
+
+def test_the_jobs_source_options_parse_back_to_its_settings() -> None:
+    # source_options (config -> Spark options) and parse_options (Spark options -> SourceOptions)
+    # share one table: every option the job sets is one the source reads, to the value set.
+    from ipcount.config import load_settings
+    from ipcount.source.options import source_options
+
+    settings = load_settings(None, env={}, overrides=["kafka.broker_quirks=none"])
+    settings = settings.replace("job", min_partitions=4, max_bytes_per_batch=2048)
+    raw = source_options(settings, output="counts", query_checkpoint="/tmp/q")
+    opts = parse_options(raw)
+    job = settings.job
+    assert opts.topics == (settings.topics.source,)
+    assert (opts.output, opts.event_time_format) == ("counts", "nginx-combined")
+    assert opts.window_ms == round(job.window_seconds * 1000)
+    assert opts.watermark_delay_ms == round(job.watermark_delay_seconds * 1000)
+    assert opts.max_future_skew_ms == round(job.max_future_skew_seconds * 1000)
+    assert opts.idle_timeout_ms == round(job.idle_timeout_seconds * 1000)
+    assert (opts.min_partitions, opts.max_records_per_partition) == (4, None)
+    assert (opts.max_offsets_per_trigger, opts.max_bytes_per_batch) == (
+        job.max_offsets_per_trigger,
+        2048,
+    )
+    assert (opts.query_checkpoint, opts.counts_checkpoint) == ("/tmp/q", "")
+    assert opts.fail_on_data_loss is job.fail_on_data_loss
+    assert opts.late_corrections is job.late_corrections
+    assert opts.broker_quirks == "none"
+
+
+def test_an_unset_option_takes_its_one_default() -> None:
+    from ipcount.config import MAX_BYTES_PER_BATCH
+
+    opts = parse_options(BASE)
+    assert opts.max_bytes_per_batch == MAX_BYTES_PER_BATCH == 16 * 1024 * 1024
+    assert (opts.poll_timeout_ms, opts.heartbeat_max_advance_ms) == (120_000, 60_000)
+    assert (opts.heartbeat_interval_ms, opts.window_ms, opts.output) == (1_000, 5_000, "records")
+    with pytest.raises(ConfigError, match=r"option maxBytesPerBatch=1023 must be >= 1024"):
+        parse_options({**BASE, "maxBytesPerBatch": "1023"})

@@ -1,5 +1,5 @@
 """The combiner's semantics, pinned from a user's view: what one read task hands Spark for the
-records it read (source.combine; the rule is in its module docstring and the README)."""
+records it read (source.combiner; the rule is in its docstring and docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.arrow_parse import ChunkParser
-from ipcount.source.combine import BatchRules, Combiner, counts_heartbeat, reject_reasons
+from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 W = 5_000

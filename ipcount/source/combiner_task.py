@@ -1,5 +1,5 @@
-"""Executor side of output=counts and output=rejects: a read task reads its offset range in chunks
-and hands Spark the combined counts, or the records those counts leave out (see source.combine)."""
+"""The Spark read task of output=counts and output=rejects (executor): reads its offset range in
+chunks and hands Spark the combined counts, or the records those counts leave out."""
 
 from __future__ import annotations
 
@@ -8,16 +8,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from ipcount.formats.arrow_parse import ChunkParser
-from ipcount.source.combine import (
-    REJECTS_ARROW_SCHEMA,
-    BatchRules,
-    Combiner,
-    counts_heartbeat,
-    reject_reasons,
-)
+from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
 from ipcount.source.partition_reader import read_messages, records_batch
+from ipcount.source.schema import REJECTS_ARROW_SCHEMA
 
 __all__ = ["batch_rules", "read_task"]
 

@@ -1,23 +1,5 @@
-"""The combiner in the read task: a range of raw access records in, one row per (window, client,
-late) out, so Spark's JVM sees partial counts, not lines (source option output=counts); and the
-records a count leaves out, raw with their reason (output=rejects: the dead-letter query).
-
-When a record counts (one rule, decided here, per record, from the batch's offset-log entry only,
-so a replayed batch decides the same):
-- it parses (arrow_parse: the access-log module's grammar and rules, at any length, its event
-  time within Spark's timestamp range); else it is malformed, with the reason;
-- its event time is at most maxFutureSkewMs after the batch's time (Spark's batchTimestampMs in the
-  offset log: what `current_timestamp()` is in that batch); else it is future;
-- it is counted under the 5 s window holding its event time; it is *late* when that window ends at
-  or before `late_before` (the watermark Spark judges this batch by: the previous batch's, i.e.
-  that window's result was already emitted) and then leaves as a correction. A window that is
-  still open when its batch is processed counts the record on time.
-
-A counted row's `event_time` is the newest event time among its records (the carrier a late row
-rides on is `late_before` instead): Spark's watermark, the maximum over rows, is still the true
-maximum event time, and the row falls in the window it counts for. Malformed and future records
-become one `malformed` / `future` row each per task (their count), for the quality metrics.
-"""
+"""The combiner, pure: raw access records in, one row per (window, client, late) out, and the
+records a count leaves out with their reason (runs in the read tasks: source.combiner_task)."""
 
 from __future__ import annotations
 
@@ -29,11 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ipcount.formats.arrow_parse import OK, ChunkParser, ParsedChunk, malformed_reason
-from ipcount.source.partition_reader import ARROW_SCHEMA
+from ipcount.source.schema import COUNTS_ARROW_SCHEMA, TIMESTAMP
 
 __all__ = [
-    "COUNTS_ARROW_SCHEMA",
-    "REJECTS_ARROW_SCHEMA",
     "KIND_COUNTED",
     "KIND_HEARTBEAT",
     "KIND_MALFORMED",
@@ -44,26 +24,12 @@ __all__ = [
     "reject_reasons",
 ]
 
-_TS = pa.timestamp("us", tz="UTC")
 KIND_COUNTED, KIND_HEARTBEAT, KIND_MALFORMED, KIND_FUTURE = (
     "counted",
     "heartbeat",
     "malformed",
     "future",
 )
-
-COUNTS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("kind", pa.string()),
-        pa.field("window_start", _TS),
-        pa.field("ip", pa.string()),
-        pa.field("count", pa.int64()),
-        pa.field("event_time", _TS),
-        pa.field("late", pa.bool_()),
-    ]
-)
-# The first six columns of the raw source schema, then the reason.
-REJECTS_ARROW_SCHEMA = pa.schema([*list(ARROW_SCHEMA)[:6], pa.field("reason", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -96,11 +62,30 @@ def _timestamps(ms: np.ndarray | Sequence[int | None]) -> pa.Array:
     # past it) is far inside int64 microseconds (+-292,000 years); an overflow would be a bug here,
     # never a record's doing, and must not pass as a wrapped time.
     arr = pa.array(ms, pa.int64())
-    return pc.multiply_checked(arr, 1000).cast(_TS)
+    return pc.multiply_checked(arr, 1000).cast(TIMESTAMP)
 
 
 class Combiner:
-    """Partial counts of one read task, chunk by chunk; `result()` merges them into rows."""
+    """Partial counts of one read task, chunk by chunk; `result()` merges them into rows, so
+    Spark's JVM sees partial counts, not lines (source option output=counts).
+
+    When a record counts (one rule, decided here, per record, from the batch's offset-log entry
+    only, so a replayed batch decides the same):
+    - it parses (arrow_parse: the access-log module's grammar and rules, at any length, its event
+      time within Spark's timestamp range); else it is malformed, with the reason;
+    - its event time is at most maxFutureSkewMs after the batch's time (Spark's batchTimestampMs in
+      the offset log: what `current_timestamp()` is in that batch); else it is future;
+    - it is counted under the window holding its event time; it is *late* when that window ends at
+      or before `late_before` (the watermark Spark judges this batch by: the previous batch's,
+      i.e. that window's result was already emitted) and then leaves as a correction. A window
+      that is still open when its batch is processed counts the record on time.
+
+    A counted row's `event_time` is the newest event time among its records (the carrier a late
+    row rides on is `late_before` instead): Spark's watermark, the maximum over rows, is still the
+    true maximum event time, and the row falls in the window it counts for. Malformed and future
+    records become one `malformed` / `future` row each per task (their count), for the quality
+    metrics.
+    """
 
     def __init__(self, rules: BatchRules) -> None:
         self.rules = rules
@@ -199,7 +184,7 @@ def _single_row(kind: str, count: int, event_ms: int | None = None) -> pa.Record
     return pa.RecordBatch.from_arrays(
         [
             pa.array([kind]),
-            pa.nulls(1, _TS),
+            pa.nulls(1, TIMESTAMP),
             pa.nulls(1, pa.string()),
             pa.array([count], pa.int64()),
             _timestamps([event_ms]),

@@ -1,11 +1,6 @@
-"""Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId,..." makes `fault_point`
-SIGKILL its whole process group at that point of that micro-batch (the sink's points: driver).
-"point@batchId/stop" SIGSTOPs this process there instead (once per process and entry; with
-IPCOUNT_FAULTS_STATE, once per job for the point whatever the batch): a writer frozen in its open
-transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside.
-"point@batchId/abort" raises TransactionAbortedError there instead, once per job: an abortable
-Kafka error, which the job's restart strategy must survive (fired faults are remembered in the
-directory IPCOUNT_FAULTS_STATE when set, else per process)."""
+"""Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId[/stop|/abort],..." makes
+`fault_point` SIGKILL the job's process group (or SIGSTOP this process, or raise an abortable
+Kafka error) at that point of that micro-batch (the sink's points: driver)."""
 
 from __future__ import annotations
 
@@ -93,6 +88,13 @@ def pin_process_group() -> None:
 def fault_point(name: str, batch_id: int) -> None:
     """SIGKILL the process group pinned in IPCOUNT_FAULTS_PGID (else this process's group) if
     IPCOUNT_FAULTS names (name, batch_id); otherwise do nothing.
+
+    "point@batchId/stop" SIGSTOPs this process there instead (once per process and entry; with
+    IPCOUNT_FAULTS_STATE, once per job for the point whatever the batch): a writer frozen in its
+    open transaction (a long GC pause, a suspended VM), resumed by SIGCONT from outside.
+    "point@batchId/abort" raises TransactionAbortedError there instead, once per job: an abortable
+    Kafka error, which the job's restart strategy must survive (fired faults are remembered in the
+    directory IPCOUNT_FAULTS_STATE when set, else per process).
 
     The environment is read on every call (cheap), so a test can set it in a child's env only.
     """

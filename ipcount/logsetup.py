@@ -1,8 +1,6 @@
-"""Logging set-up for entry points; library modules only use `logging.getLogger(__name__)`.
-
-Two formats: `text` (one readable line per record) and `json` (one JSON object per line, for log
-shippers). A record logged with ``extra={"fields": {...}}`` carries those fields as JSON fields.
-"""
+"""Logging set-up for entry points (`configure`); library modules only use a module logger. Formats:
+`text` (one readable line per record) or `json` (one object per line; a record logged with
+``extra={"fields": {...}}`` carries those fields)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Garbage-collector handling for ipcount code running in Spark's Python workers (executors).
-
-Two costs measured in this job, both from CPython's cyclic collector rather than from real work:
-- Spark's reused Python worker calls a full `gc.collect()` after every task (pyspark/daemon.py).
-  With pyspark, pandas, pyarrow, confluent-kafka and fastavro imported that walks ~80k long-lived
-  objects, 40-120 ms on a small machine, and the worker takes no new task meanwhile: every source
-  read and sink write task of every micro-batch paid it.
-- Every confluent-kafka `Message` is a GC-tracked object, so holding a batch of them triggers
-  collection after collection over that same heap: ~40% of the source read path's CPU.
-"""
+"""Garbage-collector handling for ipcount code running in Spark's Python workers (executors): the
+long-lived heap frozen once, the collector paused while a batch of Kafka messages is held."""
 
 from __future__ import annotations
 
@@ -16,6 +8,15 @@ import gc
 from collections.abc import Iterator
 
 __all__ = ["freeze_long_lived", "gc_paused"]
+
+# Two costs measured in this job, both from CPython's cyclic collector rather than from real work:
+# - Spark's reused Python worker calls a full `gc.collect()` after every task (pyspark/daemon.py).
+#   With pyspark, pandas, pyarrow, confluent-kafka and fastavro imported that walks ~80k
+#   long-lived objects, 40-120 ms on a small machine, and the worker takes no new task meanwhile:
+#   every source read and sink write task of every micro-batch paid it (`freeze_long_lived`).
+# - Every confluent-kafka `Message` is a GC-tracked object, so holding a batch of them triggers
+#   collection after collection over that same heap: ~40% of the source read path's CPU
+#   (`gc_paused`).
 
 _frozen = False
 

@@ -1,8 +1,6 @@
-"""Pure record-generation logic for loadgen (no I/O), run in the loadgen process.
-
-IP pool with Zipf-like skew and an IPv6 share, event-time clock with jitter, deliberately late and
-malformed records, and the numpy-side tally that becomes the ground-truth ledger.
-"""
+"""Pure record-generation logic for loadgen (no I/O, loadgen process): a Zipf-skewed IP pool with
+an IPv6 share, an event-time clock with jitter, late and malformed records, and the tally that
+becomes the ground-truth ledger."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Locust users browsing `loadgen serve` like shoppers, each with its own client IP (sent as
-X-Forwarded-For).
-
-Run: locust -f loadgen/locustfile.py --headless -u 20 -r 5 -t 30s --host http://127.0.0.1:8080
-Env: LOADGEN_LOCUST_IPS (pool size, default 500), LOADGEN_LOCUST_IPV6_SHARE (default 0.1),
-LOADGEN_LOCUST_SEED (pool seed, default 7). Expected 404s count as successes.
-"""
+X-Forwarded-For; expected 404s count as successes). Run:
+locust -f loadgen/locustfile.py --headless -u 20 -r 5 -t 30s --host http://127.0.0.1:8080"""
 
 from __future__ import annotations
 
@@ -24,7 +20,8 @@ _PRODUCT_IDS = 200
 
 
 def client_pool() -> list[str]:
-    """The client IPs users draw from (same env, same pool)."""
+    """The client IPs users draw from (same env, same pool): env LOADGEN_LOCUST_IPS (pool size,
+    default 500), LOADGEN_LOCUST_IPV6_SHARE (default 0.1), LOADGEN_LOCUST_SEED (default 7)."""
     size = int(os.environ.get("LOADGEN_LOCUST_IPS", "500"))
     share = float(os.environ.get("LOADGEN_LOCUST_IPV6_SHARE", "0.1"))
     seed = int(os.environ.get("LOADGEN_LOCUST_SEED", "7"))

@@ -1,8 +1,6 @@
-"""Batched asynchronous Kafka production for loadgen, in the loadgen process.
-
-Delivery reports decide what counts; back-pressure (a full local queue) and delivery errors are
-counted and logged, never swallowed.
-"""
+"""Batched asynchronous Kafka production for loadgen, in the loadgen process. Delivery reports
+decide what counts; back-pressure (a full local queue) and delivery errors are counted and logged,
+never swallowed."""
 
 from __future__ import annotations
 

@@ -8,13 +8,13 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipcount.childproc import KILL_EXIT_CODES, Child, session_processes, spawn
 from ipcount.faults import ENV_VAR as FAULTS_ENV_VAR
 from ipcount.faults import LOG_ENV_VAR, PGID_ENV_VAR
 from ipcount.verify.ledger import Ledger
@@ -29,7 +29,6 @@ __all__ = [
     "fault_spec",
     "find_fault_line",
     "child_env",
-    "session_processes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -41,7 +40,6 @@ _STOP_LINE = re.compile(
 )
 # Both of ipcount.sink.txn's messages for a writer that a newer job fenced say this.
 _FENCED = "two jobs are using the same checkpoint"
-_KILL_EXIT_CODES = (-signal.SIGKILL, 128 + signal.SIGKILL)
 
 
 def batch_ids(log_dir: Path) -> list[int]:
@@ -109,26 +107,24 @@ def child_env(
     return env
 
 
-def session_processes(sid: int) -> list[int]:
-    """PIDs of live processes in session `sid` (Linux /proc; empty elsewhere)."""
-    pids = []
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        try:
-            if os.getsid(pid) != sid:
-                continue
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-                if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":
-                    continue
-        except (OSError, IndexError):
-            continue
-        pids.append(pid)
-    return pids
+class _ChildRun:
+    """What a job run and a synth run share: the child process, its status and its log."""
+
+    child: Child
+
+    @property
+    def alive(self) -> bool:
+        return self.child.alive
+
+    @property
+    def returncode(self) -> int | None:
+        return self.child.returncode
+
+    def log_text(self) -> str:
+        return self.child.log_text()
 
 
-class JobProcess:
+class JobProcess(_ChildRun):
     """One run of `python -m ipcount ... run` in its own session, logging to its own file.
 
     Its own session (start_new_session) makes the Python driver the leader of a process group
@@ -150,20 +146,8 @@ class JobProcess:
         self.log_path = log_path
         self.name = name
         self.faults = env.get(FAULTS_ENV_VAR, "")
-        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=dict(env),
-                cwd=cwd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
-        self.pid = self.proc.pid
+        self.child = spawn(self.argv, log=log_path, name=name, env=env, cwd=cwd)
+        self.pid = self.child.pid
         self.started = time.monotonic()
         # The last committed batch when it started (set by the caller): progress counts from it.
         self.committed_at_start: int | None = None
@@ -172,23 +156,9 @@ class JobProcess:
         logger.info("%s started: pid %d, log %s", name, self.pid, log_path)
 
     @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll()
-
-    @property
     def killed(self) -> bool:
         """Whether it ended by SIGKILL (-9 from Popen, or 137 through a shell)."""
-        return self.proc.poll() in _KILL_EXIT_CODES
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
+        return self.returncode in KILL_EXIT_CODES
 
     def log_tail(self, lines: int = 30) -> str:
         keep = [ln for ln in self.log_text().splitlines() if "GLIBC_2.39" not in ln]
@@ -209,22 +179,13 @@ class JobProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group (driver and JVM), then reap what is left."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.wait(30)
-        self.reap()
+        self.child.kill(30)
+        self.child.reap()
 
     def terminate(self, timeout: float = 90.0) -> int | None:
         """SIGTERM the driver (clean stop after the current micro-batch); SIGKILL after timeout."""
-        if self.alive:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            if self.wait(timeout) is None:
-                logger.warning(
-                    "%s pid %d ignored SIGTERM for %gs: killing", self.name, self.pid, timeout
-                )
-                self.kill()
-        self.reap()
+        self.child.stop(timeout)
+        self.child.reap()
         return self.returncode
 
     def freeze(self) -> None:
@@ -243,26 +204,15 @@ class JobProcess:
 
     def wait(self, timeout: float) -> int | None:
         """Wait up to `timeout` seconds for the driver to exit; its exit status or None."""
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return self.child.wait(timeout)
 
     def reap(self, timeout: float = 15.0) -> None:
         """Wait for the rest of the session (pyspark daemon, Python workers) to go, SIGKILLing
         stragglers after `timeout`: the processes of a dead job must not outlive it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not session_processes(self.pid):
-                return
-            time.sleep(0.2)
-        for pid in session_processes(self.pid):
-            logger.warning("%s: process %d outlived the job: killing it", self.name, pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        self.child.reap(timeout)
 
 
-class SynthProcess:
+class SynthProcess(_ChildRun):
     """One `loadgen synth` run: paced records into the source topic and a ledger of them."""
 
     def __init__(
@@ -288,28 +238,11 @@ class SynthProcess:
             "--malformed-fraction", f"{malformed_fraction:g}",
             "--seed", str(seed), "--ledger", str(ledger),
         ]  # fmt: skip
-        log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.proc = subprocess.Popen(
-                argv, env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        finally:
-            log.close()
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.proc.poll()
+        self.child = spawn(argv, log=log_path, name="synth", env=env, own_session=False)
 
     def summary(self) -> str:
         """Its `synth: records=...` line (empty until it has finished)."""
-        try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            return ""
+        lines = self.log_text().splitlines()
         return next((ln for ln in reversed(lines) if ln.startswith("synth:")), "")
 
     @property
@@ -330,9 +263,4 @@ class SynthProcess:
         """SIGTERM: it stops generating, flushes, writes its ledger (SIGKILL after `timeout`)."""
         if self.alive:
             self.stopped = True
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            self.child.stop(timeout, kill_wait=5)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.local.broker import LocalBroker
 from ipcount.local.kinds import BROKER_KINDS, configured_broker
@@ -16,7 +16,7 @@ __all__ = ["register", "ORDER"]
 ORDER = 50
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "broker",
         help="run the local development broker (Apache Kafka or noida-db)",

@@ -4,9 +4,11 @@ the sink's transaction) and restart the broker while data flows, then verify the
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 
 __all__ = ["register", "run", "ORDER"]
@@ -25,70 +27,74 @@ _DESCRIPTION = (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "chaos",
         help="crash-and-restart proof: kill -9 the job, restart the broker, verify exactly-once",
         description=_DESCRIPTION,
     )
-    add = p.add_argument
-    add("--records", type=int, default=20_000, help="records to generate (default 20000)")
+
+    def add(flag: str, field: str, kind: type[Any], text: str) -> None:
+        # Each flag sets the ChaosOptions field `field`; left out, the field's default holds.
+        metavar = flag.removeprefix("--").upper().replace("-", "_")
+        p.add_argument(
+            flag, dest=field, metavar=metavar, type=kind, default=argparse.SUPPRESS, help=text
+        )
+
+    add("--records", "records", int, "records to generate (default 20000)")
     add(
         "--rate",
-        type=float,
-        default=None,
-        help="records per second (default: --records spread over the time the faults take, "
+        "rate",
+        float,
+        "records per second (default: --records spread over the time the faults take, "
         "about 40 s each; more records follow if the faults take longer)",
     )
     add(
         "--kills",
-        type=int,
-        default=3,
-        help="job SIGKILLs: random, at sink.before_commit and at sink.after_commit (from 3 on, "
+        "kills",
+        int,
+        "job SIGKILLs: random, at sink.before_commit and at sink.after_commit (from 3 on, "
         "at least one of each; default 3)",
     )
     add(
         "--broker-restarts",
-        type=int,
-        default=1,
-        help="broker restarts (default 1): SIGTERM on noida-db; on Apache Kafka SIGKILL and "
+        "broker_restarts",
+        int,
+        "broker restarts (default 1): SIGTERM on noida-db; on Apache Kafka SIGKILL and "
         "SIGTERM in turn",
     )
     add(
         "--broker-hangs",
-        type=int,
-        default=0,
-        help="hung brokers: SIGSTOP for --broker-hang seconds, then SIGCONT (default 0)",
+        "broker_hangs",
+        int,
+        "hung brokers: SIGSTOP for --broker-hang seconds, then SIGCONT (default 0)",
     )
-    add("--broker-hang", type=float, default=8.0, help="seconds a hung broker stays stopped")
-    add("--seed", type=int, default=None, help="seed of fault plan and data (default: random)")
-    add("--ips", type=int, default=200, help="distinct client IPs (default 200)")
-    add("--late-fraction", type=float, default=0.002, help="late records (default 0.002)")
-    add("--malformed-fraction", type=float, default=0.002, help="malformed (default 0.002)")
-    add(
+    add("--broker-hang", "broker_hang_seconds", float, "seconds a hung broker stays stopped")
+    add("--seed", "seed", int, "seed of fault plan and data (default: random)")
+    add("--ips", "ips", int, "distinct client IPs (default 200)")
+    add("--late-fraction", "late_fraction", float, "late records (default 0.002)")
+    add("--malformed-fraction", "malformed_fraction", float, "malformed (default 0.002)")
+    p.add_argument(
         "--work-dir",
-        default=".ipcount/chaos",
+        type=Path,
+        default=Path(".ipcount/chaos"),
         help="each run goes to WORK_DIR/run-<id>: logs, ledgers, checkpoint, broker data",
     )
-    add(
+    p.add_argument(
         "--use-configured-broker",
         action="store_true",
+        default=argparse.SUPPRESS,
         help="use kafka.bootstrap_servers instead of starting a broker; it is restarted only if "
         "it is the local [broker] of `ipcount broker start`",
     )
-    add(
-        "--idle-timeout",
-        type=float,
-        default=3.0,
-        help="job.idle_timeout_seconds (default 3)",
-    )
-    add("--trigger-interval", type=float, default=1.0, help="job.trigger_interval_seconds")
-    add("--broker-downtime", type=float, default=1.0, help="seconds the broker stays down")
+    add("--idle-timeout", "idle_timeout_seconds", float, "job.idle_timeout_seconds (default 3)")
+    add("--trigger-interval", "trigger_interval_seconds", float, "job.trigger_interval_seconds")
+    add("--broker-downtime", "broker_downtime_seconds", float, "seconds the broker stays down")
     add(
         "--start-timeout",
-        type=float,
-        default=240.0,
-        help="seconds a (re)started job may take to commit a batch (default 240)",
+        "start_timeout_seconds",
+        float,
+        "seconds a (re)started job may take to commit a batch (default 240)",
     )
     p.set_defaults(func=run)
 
@@ -101,24 +107,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.chaos.plan import ChaosOptions
     from ipcount.chaos.runner import run_chaos
 
-    options = ChaosOptions(
-        work_dir=Path(args.work_dir),
-        records=args.records,
-        rate=args.rate,
-        kills=args.kills,
-        broker_restarts=args.broker_restarts,
-        broker_hangs=args.broker_hangs,
-        broker_hang_seconds=args.broker_hang,
-        seed=args.seed,
-        ips=args.ips,
-        late_fraction=args.late_fraction,
-        malformed_fraction=args.malformed_fraction,
-        use_configured_broker=args.use_configured_broker,
-        idle_timeout_seconds=args.idle_timeout,
-        trigger_interval_seconds=args.trigger_interval,
-        broker_downtime_seconds=args.broker_downtime,
-        start_timeout_seconds=args.start_timeout,
-    )
+    # The options given on the command line; the others keep ChaosOptions' defaults.
+    given = {f.name: getattr(args, f.name) for f in fields(ChaosOptions) if hasattr(args, f.name)}
+    options = ChaosOptions(**given)
     report = run_chaos(
         settings, options, on_event=lambda ev: _say(f"fault {ev.line()}"), on_note=_say
     )

@@ -11,10 +11,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TextIO
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
-from ipcount.formats.avro import make_codec
+from ipcount.formats.avro import IpCount, make_codec
 from ipcount.kafka.consume import SinkRecord, TopicReader, decode_records
 
 __all__ = ["register", "run", "ORDER"]
@@ -29,7 +30,7 @@ _LATE_HEADER = (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "consume",
         help="print the results in the sink topic as a read_committed consumer sees them",
@@ -75,6 +76,22 @@ def _iso(ms: int) -> str:
     )
 
 
+def _emit(
+    out: TextIO, as_json: bool, ip_count: IpCount, fields: dict[str, object], columns: str
+) -> None:
+    """One result: a JSON object (the record's fields, then `fields`), or a table line (window,
+    IP, then `columns`)."""
+    if as_json:
+        print(json.dumps({**dataclasses.asdict(ip_count), **fields}), file=out, flush=True)
+    else:
+        print(
+            f"{_iso(ip_count.window_start):24} {_iso(ip_count.window_end):24} "
+            f"{ip_count.ip:39} {columns}",
+            file=out,
+            flush=True,
+        )
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.with_late:
         return _run_with_late(args, settings)
@@ -94,20 +111,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     ) as reader:
         records = reader.follow(idle_exit=args.idle_exit, max_records=args.max_records)
         for rec, ip_count in decode_records(records, codec):
-            if args.json:
-                row = {
-                    **dataclasses.asdict(ip_count),
-                    "partition": rec.partition,
-                    "offset": rec.offset,
-                }
-                print(json.dumps(row), file=out, flush=True)
-            else:
-                print(
-                    f"{_iso(ip_count.window_start):24} {_iso(ip_count.window_end):24} "
-                    f"{ip_count.ip:39} {ip_count.count:>8} {rec.partition:>9} {rec.offset:>10}",
-                    file=out,
-                    flush=True,
-                )
+            _emit(
+                out,
+                args.json,
+                ip_count,
+                {"partition": rec.partition, "offset": rec.offset},
+                f"{ip_count.count:>8} {rec.partition:>9} {rec.offset:>10}",
+            )
     return 0
 
 
@@ -164,21 +174,17 @@ def _run_with_late(args: argparse.Namespace, settings: Settings) -> int:
             kind = "late" if rec.topic == late else "final"
             key = (ip_count.window_start, ip_count.ip)
             totals[key] += ip_count.count
-            if args.json:
-                row = {
-                    **dataclasses.asdict(ip_count),
+            _emit(
+                out,
+                args.json,
+                ip_count,
+                {
                     "kind": kind,
                     "total": totals[key],
                     "topic": rec.topic,
                     "partition": rec.partition,
                     "offset": rec.offset,
-                }
-                print(json.dumps(row), file=out, flush=True)
-            else:
-                print(
-                    f"{_iso(ip_count.window_start):24} {_iso(ip_count.window_end):24} "
-                    f"{ip_count.ip:39} {kind:>5} {ip_count.count:>8} {totals[key]:>8}",
-                    file=out,
-                    flush=True,
-                )
+                },
+                f"{kind:>5} {ip_count.count:>8} {totals[key]:>8}",
+            )
     return 0

@@ -7,8 +7,8 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
@@ -19,7 +19,7 @@ __all__ = ["register", "run", "ORDER"]
 ORDER = 23
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "dashboard",
         help="serve a live web page: top-N IPs per window, requests per window, job health",

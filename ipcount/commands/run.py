@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
 
@@ -13,7 +13,7 @@ __all__ = ["register", "ORDER"]
 ORDER = 10
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "run",
         help="run the IP-count streaming job",

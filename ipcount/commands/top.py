@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.model import WindowBook
@@ -45,7 +46,7 @@ changed (+K late), the new total and the new ranking. A window that only late re
 no final result; its block says so."""
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "top",
         help="the top-N IPs of every window (corrected by late records), in the terminal",

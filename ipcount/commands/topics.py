@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics, missing_topics, topic_specs
 
@@ -13,7 +13,7 @@ __all__ = ["register", "ORDER"]
 ORDER = 40
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "topics",
         help="create or list the pipeline's topics",

@@ -4,8 +4,8 @@ against ground-truth ledgers; windows the job still holds open are reported apar
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.verify.compare import verify_sink
 from ipcount.verify.ledger import Ledger
@@ -16,7 +16,7 @@ __all__ = ["register", "run", "ORDER"]
 ORDER = 30
 
 
-def register(sub: Any) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser(
         "verify",
         help="check the sink topic against loadgen ledgers (exit 0 only if exact)",

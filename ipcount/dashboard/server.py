@@ -18,7 +18,8 @@ from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.model import TopWindow, WindowBook
 from ipcount.errors import BrokerError, IpcountError
-from ipcount.observe.httpserve import HttpLimits, HttpServer, host_allowed, host_port
+from ipcount.observe.hosts import host_allowed, host_port
+from ipcount.observe.httpserve import HttpLimits, HttpServer
 
 __all__ = ["LiveTop", "DashboardServer", "MAX_N"]
 

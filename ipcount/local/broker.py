@@ -5,21 +5,20 @@ the process's start time and boot id, so a reused PID is never signalled."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ipcount.childproc import Child, kill_pid, pid_alive, process_identity, spawn, stop_pid
 from ipcount.errors import BrokerError
 from ipcount.kafka.client import wait_for_metadata
 
-__all__ = ["LocalBroker", "BrokerStatus", "free_port", "pid_alive", "process_identity"]
+__all__ = ["LocalBroker", "BrokerStatus", "free_port"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,34 +31,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def process_identity(pid: int) -> dict[str, str] | None:
-    """What tells process `pid` apart from a later one with the same PID: its start time (clock
-    ticks after boot, /proc/PID/stat field 22) and the boot id. None without such a process or
-    without /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            # Fields after the command name, which may hold spaces and parentheses: field 3 on.
-            fields = fh.read().rsplit(")", 1)[1].split()
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            boot_id = fh.read().strip()
-        return {"start_ticks": fields[22 - 3], "boot_id": boot_id}
-    except (OSError, IndexError):
-        return None
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -97,7 +68,7 @@ class LocalBroker:
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port = port
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.bootstrap}, data_dir={str(self.data_dir)!r})"
@@ -212,46 +183,35 @@ class LocalBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.prepare()
         cmd = self.command()
-        log = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            # Own session: a Ctrl-C in the terminal that started it does not stop the broker.
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                env=self.child_env(),
-            )
-        finally:
-            log.close()
-        self._proc = proc
+        # Own session: a Ctrl-C in the terminal that started it does not stop the broker.
+        child = spawn(cmd, log=self.log_file, name=self.kind, env=self.child_env())
+        self._child = child
         state: dict[str, object] = {
-            "pid": proc.pid,
+            "pid": child.pid,
             "host": self.host,
             "port": self.port,
             "kind": self.kind,
-            **(process_identity(proc.pid) or {}),
+            **(process_identity(child.pid) or {}),
         }
         self.state_file.write_text(json.dumps(state), encoding="utf-8")
         logger.info(
             "started %s pid %d on %s (data dir %s)",
             self.kind,
-            proc.pid,
+            child.pid,
             self.bootstrap,
             self.data_dir,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
+            if child.poll() is not None:
                 self.state_file.unlink(missing_ok=True)
                 raise BrokerError(
-                    f"{self.kind} exited with status {proc.returncode} while starting; "
+                    f"{self.kind} exited with status {child.returncode} while starting; "
                     f"see {self.log_file}:\n" + self._log_tail()
                 )
             try:
                 wait_for_metadata({"bootstrap.servers": self.bootstrap}, timeout=1.0)
-                return proc.pid
+                return child.pid
             except BrokerError:
                 continue
         self.stop()
@@ -269,10 +229,7 @@ class LocalBroker:
             self.state_file.unlink(missing_ok=True)
             return False
         self.resume()  # a stopped (SIGSTOP) process would not handle SIGTERM
-        self._signal_and_wait(pid, signal.SIGTERM, timeout)
-        if pid_alive(pid):
-            logger.warning("%s pid %d ignored SIGTERM for %gs; killing it", self.kind, pid, timeout)
-            self._signal_and_wait(pid, signal.SIGKILL, 5.0)
+        stop_pid(pid, timeout, name=self.kind, child=self._child)
         self.state_file.unlink(missing_ok=True)
         logger.info("stopped %s pid %d", self.kind, pid)
         return True
@@ -281,7 +238,7 @@ class LocalBroker:
         """SIGKILL the broker (for crash tests); the data dir survives for a restart."""
         pid = self._recorded_pid()
         if pid is not None and pid_alive(pid) and not self._forget_stale():
-            self._signal_and_wait(pid, signal.SIGKILL, 5.0)
+            kill_pid(pid, 5.0, child=self._child)
         self.state_file.unlink(missing_ok=True)
 
     def pause(self) -> None:
@@ -297,18 +254,6 @@ class LocalBroker:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-
-    def _signal_and_wait(self, pid: int, sig: int, timeout: float) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.pid == pid:
-                if self._proc.poll() is not None:
-                    return
-            elif not pid_alive(pid):
-                return
-            time.sleep(0.05)
 
     def _log_tail(self, lines: int = 20) -> str:
         try:

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ipcount.childproc import Child, spawn
 from ipcount.errors import IpcountError
 from ipcount.local.broker import free_port
 
@@ -51,17 +51,13 @@ class Daemon:
     """One master or worker JVM started here (its own process group; output in `log`)."""
 
     name: str
-    proc: subprocess.Popen[bytes]
+    child: Child
     log: Path
     webui_port: int
     work_dir: Path | None = None
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return self.child.log_tail(lines)
 
 
 class StandaloneCluster:
@@ -125,17 +121,10 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, args: list[str], webui_port: int, work_dir: Path | None) -> Daemon:
         log = self.base_dir / f"{name}.log"
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                [str(spark_class()), *args],
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: stop() can end its executors too
-            )
-        logger.info("started Spark %s (pid %d, log %s)", name, proc.pid, log)
-        return Daemon(name, proc, log, webui_port, work_dir)
+        # Its own group: stop() can end its executors too.
+        child = spawn([str(spark_class()), *args], log=log, name=f"Spark {name}", env=self._env())
+        logger.info("started Spark %s (pid %d, log %s)", name, child.pid, log)
+        return Daemon(name, child, log, webui_port, work_dir)
 
     def start(self, timeout: float = 90.0) -> StandaloneCluster:
         """Start the master, then the workers; return once every worker is ALIVE at the master.
@@ -191,9 +180,9 @@ class StandaloneCluster:
         last: Any = None
         while time.monotonic() < deadline:
             for daemon in [d for d in (self.master, *self.workers) if d is not None]:
-                if daemon.proc.poll() is not None:
+                if daemon.child.poll() is not None:
                     raise IpcountError(
-                        f"Spark {daemon.name} exited with status {daemon.proc.returncode}:\n"
+                        f"Spark {daemon.name} exited with status {daemon.child.returncode}:\n"
                         f"{daemon.log_tail()}"
                     )
             try:
@@ -217,22 +206,9 @@ class StandaloneCluster:
         The daemons stay listed (ports, work dirs, logs) for inspection after the stop.
         """
         for daemon in [*reversed(self.workers), *([self.master] if self.master else [])]:
-            proc = daemon.proc
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    logger.warning(
-                        "Spark %s (pid %d) ignored SIGTERM: killing", daemon.name, proc.pid
-                    )
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(10)
+            daemon.child.stop(timeout, kill_wait=10)
             # Executors a worker launched share its process group; end any it left behind.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            daemon.child.signal_group(signal.SIGKILL)
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()

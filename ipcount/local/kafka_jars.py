@@ -1,9 +1,6 @@
-"""Apache Kafka's broker jars from Maven Central, fetched once into a cache (local tooling only).
-
-Resolved by Maven when `mvn` is on the PATH, else by the Apache Ivy that ships inside PySpark, into
-`~/.cache/ipcount/kafka-<version>/libs` ($XDG_CACHE_HOME honoured). Env IPCOUNT_KAFKA_RESOLVER
-(auto, maven, ivy) picks one; env IPCOUNT_KAFKA_JARS names a directory of jars to use instead.
-"""
+"""Apache Kafka's broker jars from Maven Central, fetched once into a cache (local tooling only):
+by Maven if `mvn` is on the PATH, else PySpark's Ivy (env IPCOUNT_KAFKA_RESOLVER picks one);
+env IPCOUNT_KAFKA_JARS names a directory of jars to use instead."""
 
 from __future__ import annotations
 
@@ -13,11 +10,11 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from ipcount.childproc import spawn
 from ipcount.errors import BrokerError
 
 __all__ = ["JARS_ENV", "KAFKA_VERSION", "RESOLVER_ENV", "java_executable", "kafka_classpath"]
@@ -255,35 +252,29 @@ def _run(cmd: list[str], log_path: Path, version: str) -> int:
     """Run the resolver with its output in `log_path`, a progress line every 15 s."""
     started = time.monotonic()
     next_note = started + _PROGRESS_EVERY_S
-    with open(log_path, "w", encoding="utf-8") as log:
-        try:
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        except OSError as exc:
-            raise BrokerError(f"could not run {cmd[0]} to fetch the Kafka jars: {exc}") from exc
-        try:
-            while proc.poll() is None:
-                now = time.monotonic()
-                if now - started > _TIMEOUT_S:
-                    raise BrokerError(
-                        f"fetching the Apache Kafka {version} jars from Maven Central took over "
-                        f"{_TIMEOUT_S // 60} minutes (output in {log_path}); run again to "
-                        f"resume, {_OFFLINE_HINT}"
-                    )
-                if now >= next_note:
-                    text = log_path.read_text(encoding="utf-8", errors="replace")
-                    count = sum(1 for line in text.splitlines() if _DOWNLOADED.search(line.strip()))
-                    logger.info(
-                        "still fetching: %d files downloaded in %.0f s", count, now - started
-                    )
-                    next_note = now + _PROGRESS_EVERY_S
-                time.sleep(0.2)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return proc.returncode
+    try:
+        child = spawn(cmd, log=log_path, own_session=False, append=False)
+    except OSError as exc:
+        raise BrokerError(f"could not run {cmd[0]} to fetch the Kafka jars: {exc}") from exc
+    try:
+        while (returncode := child.poll()) is None:
+            now = time.monotonic()
+            if now - started > _TIMEOUT_S:
+                raise BrokerError(
+                    f"fetching the Apache Kafka {version} jars from Maven Central took over "
+                    f"{_TIMEOUT_S // 60} minutes (output in {log_path}); run again to "
+                    f"resume, {_OFFLINE_HINT}"
+                )
+            if now >= next_note:
+                text = log_path.read_text(encoding="utf-8", errors="replace")
+                count = sum(1 for line in text.splitlines() if _DOWNLOADED.search(line.strip()))
+                logger.info("still fetching: %d files downloaded in %.0f s", count, now - started)
+                next_note = now + _PROGRESS_EVERY_S
+            time.sleep(0.2)
+    finally:
+        if child.alive:
+            child.kill(wait=None)
+    return returncode
 
 
 def _check(

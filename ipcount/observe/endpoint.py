@@ -11,7 +11,8 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from ipcount.config import Settings
-from ipcount.observe.httpserve import HttpLimits, HttpServer, host_port, http_limits
+from ipcount.observe.hosts import host_port
+from ipcount.observe.httpserve import HttpLimits, HttpServer, http_limits
 from ipcount.observe.metrics import JobMetrics, TopicPartition
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY
 

@@ -1,8 +1,5 @@
 """The job's Prometheus metrics and health state (driver), fed by Spark's progress events, the
-restart strategy and the lag poller. The sink's commit() runs in a Python worker, not here, so
-transactions are counted from what the driver sees: a finished micro-batch that wrote rows
-committed one transaction; a failed micro-batch's transaction never commits (the sink aborts it,
-or the restarted query's init_transactions does)."""
+restart strategy and the lag poller."""
 
 from __future__ import annotations
 
@@ -117,6 +114,10 @@ class JobMetrics:
             "corrections when there are late records",
             registry=r,
         )
+        # The sink's commit() runs in a Python worker, not here, so transactions are counted from
+        # what the driver sees: a finished micro-batch that wrote rows committed one transaction; a
+        # failed micro-batch's transaction never commits (the sink aborts it, or the restarted
+        # query's init_transactions does).
         self.committed = Counter(
             "ipcount_transactions_committed",
             "Kafka transactions committed by the sink: finished micro-batches that wrote rows",

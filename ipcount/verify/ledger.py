@@ -1,17 +1,5 @@
 """Ground-truth ledger of expected per-(window, IP) counts, written by loadgen and read by `ipcount
-verify`.
-
-Format (JSON lines, one file per producer run; several files may be merged):
-    {"ledger": "ipcount", "version": 1, "window_ms": 5000,
-     "records": N, "on_time": N, "late": N, "malformed": N}
-    {"window_start": <epoch ms>, "ip": "<ip>", "count": <on-time n>, "late": <late n>}
-    ...
-Windows are tumbling and aligned to the epoch: window_start = event_ms - event_ms % window_ms.
-"late" records were produced deliberately behind the watermark, in windows that hold no on-time
-records. Spark drops them if its watermark has passed when they are read; if it has not (e.g. they
-fall in the very first micro-batch), their window is emitted with at most the late count. `verify`
-judges on-time windows strictly and late windows by that rule.
-"""
+verify` (JSON lines; see `Ledger`)."""
 
 from __future__ import annotations
 
@@ -38,7 +26,19 @@ def window_start_ms(event_ms: int, window_ms: int) -> int:
 
 @dataclass
 class Ledger:
-    """Expected counts per (window_start_ms, ip), plus tallies of records expected to be dropped."""
+    """Expected counts per (window_start_ms, ip), plus tallies of records expected to be dropped.
+
+    File format (JSON lines, one file per producer run; several files may be merged):
+        {"ledger": "ipcount", "version": 1, "window_ms": 5000,
+         "records": N, "on_time": N, "late": N, "malformed": N}
+        {"window_start": <epoch ms>, "ip": "<ip>", "count": <on-time n>, "late": <late n>}
+        ...
+    Windows are tumbling and aligned to the epoch: window_start = event_ms - event_ms % window_ms.
+    "late" records were produced deliberately behind the watermark, in windows that hold no
+    on-time records. Spark drops them if its watermark has passed when they are read; if it has
+    not (e.g. they fall in the very first micro-batch), their window is emitted with at most the
+    late count. `verify` judges on-time windows strictly and late windows by that rule.
+    """
 
     window_ms: int = 5000
     counts: Counter[tuple[int, str]] = field(default_factory=Counter)

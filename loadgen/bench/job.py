@@ -1,9 +1,5 @@
 """The job under benchmark, in its own process: `ipcount run` (run_job) plus a listener that keeps
-every progress event, timed; writes one JSON result file. Started by loadgen.bench.support.
-
-    python -m loadgen.bench.job --result FILE [--config F] [--set K=V ...] [--spark-conf K=V ...]
-        [--available-now] [--timeout S]
-"""
+every progress event, timed; writes one JSON result file. Started by loadgen.bench.job_child."""
 
 from __future__ import annotations
 
@@ -57,6 +53,8 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """python -m loadgen.bench.job --result FILE [--config F] [--set K=V ...]
+    [--spark-conf K=V ...] [--available-now] [--timeout S]"""
     parser = argparse.ArgumentParser(prog="python -m loadgen.bench.job")
     parser.add_argument("--result", required=True, help="JSON result file to write")
     parser.add_argument("--config", help="ipcount settings file")

@@ -9,7 +9,6 @@ import argparse
 import math
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -19,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from ipcount.childproc import Child, spawn
 from ipcount.errors import ConfigError, IpcountError
 from ipcount.kafka.consume import consumer_conf
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
-    from loadgen.bench.support import BenchEnv
+    from loadgen.bench.workspace import BenchEnv
 
 __all__ = ["CommitWatcher", "Received", "percentile", "run_latency"]
 
@@ -140,7 +140,7 @@ class _Phase:
     duration: float
     ledger: Path
     log: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Child | None = None
     start_ms: int | None = None
     measured: bool = True
     results: list[Received] = field(default_factory=list)
@@ -156,8 +156,7 @@ def _launch_synth(env: BenchEnv, overrides: list[str], phase: _Phase, ips: int) 
         "synth", "--rate", f"{phase.rate:g}", "--duration", f"{phase.duration:g}",
         "--ips", str(ips), "--ledger", str(phase.ledger),
     ]  # fmt: skip
-    with open(phase.log, "wb") as out:
-        phase.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    phase.proc = spawn(cmd, log=phase.log, name="synth", own_session=False, append=False)
 
 
 def _await_start(phase: _Phase, timeout: float = 120.0) -> int:
@@ -198,15 +197,9 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.kafka.topics import ensure_topics
     from ipcount.verify.ledger import Ledger
     from loadgen.bench.job import STARTED_SUFFIX
-    from loadgen.bench.support import (
-        MemorySampler,
-        bench_env,
-        finish_job_child,
-        fmt_mb,
-        start_job_child,
-        stop_child,
-        verify_run,
-    )
+    from loadgen.bench.job_child import finish_job_child, start_job_child, stop_job_child
+    from loadgen.bench.memory import MemorySampler, fmt_mb
+    from loadgen.bench.workspace import bench_env, verify_run
 
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if not rates or min(rates) <= 0 or args.duration <= 0 or args.warmup < 0:
@@ -231,11 +224,11 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
         result_path = env.workdir / "job-latency.json"
         total = args.warmup + len(rates) * args.duration
         launched = time.time()
-        proc, log = start_job_child(
+        child = start_job_child(
             env, overrides, result_path, available_now=False,
             spark_conf=spark_conf_of(args), timeout=total + 900,
         )  # fmt: skip
-        sampler = MemorySampler(proc.pid, broker_pid=env.broker_pid).__enter__()
+        sampler = MemorySampler(child.pid, broker_pid=env.broker_pid).__enter__()
         watcher = CommitWatcher(run_settings)
         watcher.start()
         phases: list[_Phase] = []
@@ -243,8 +236,8 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
             started = result_path.with_name(result_path.name + STARTED_SUFFIX)
             deadline = time.monotonic() + _STARTED_TIMEOUT_S
             while not started.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise IpcountError(f"the job did not start; log: {log}")
+                if child.poll() is not None or time.monotonic() > deadline:
+                    raise IpcountError(f"the job did not start; log: {child.log}")
                 time.sleep(0.2)
             print(
                 f"bench latency: broker {env.bootstrap}; job query started "
@@ -284,17 +277,17 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
             ledger = Ledger.load_all([p.ledger for p in phases])
             report = _await_exact(run_settings, ledger, verify_run, 120.0)
         except BaseException:
-            stop_child(proc)
+            stop_job_child(child)
             sampler.__exit__()
             raise
         finally:
             watcher.stop()
             for phase in phases:
-                if phase.proc is not None and phase.proc.poll() is None:
-                    phase.proc.terminate()
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the job stops after its current micro-batch
-        run = finish_job_child(proc, sampler, launched, result_path, log, 300)
+                if phase.proc is not None:
+                    phase.proc.send_signal(signal.SIGTERM)
+            # The job stops after its current micro-batch.
+            child.send_signal(signal.SIGTERM)
+        run = finish_job_child(child, sampler, launched, result_path, 300)
         lines = _report(phases, watcher.received, run.result, delay, trigger, window, settle)
         for line in lines:
             print(line, flush=True)

@@ -13,8 +13,9 @@ from loadgen.generator import SynthSpec
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
+    from loadgen.bench.job_child import JobRun
     from loadgen.bench.report import PhaseTotals, StageTotals
-    from loadgen.bench.support import BenchEnv, JobRun
+    from loadgen.bench.workspace import BenchEnv
 
 __all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "fmt_num", "spark_pairs"]
 
@@ -88,8 +89,9 @@ def measure_run(
 ) -> RunFigures:
     """Run the job once over the pre-loaded source (fresh sink and checkpoint), then verify."""
     from ipcount.kafka.topics import ensure_topics
+    from loadgen.bench.job_child import run_job_child
     from loadgen.bench.report import StageTotals, event_log_conf, phase_totals, stage_totals
-    from loadgen.bench.support import run_job_child, verify_run
+    from loadgen.bench.workspace import verify_run
 
     settings, overrides = env.with_sink(overrides, name)
     ensure_topics(settings)

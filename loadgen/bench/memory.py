@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["MemoryPeaks", "MemorySampler"]
+__all__ = ["MemoryPeaks", "MemorySampler", "fmt_mb"]
 
 _SAMPLE_SECONDS = 0.5
 
@@ -132,3 +132,8 @@ class _Counter:
         if self._first is None:
             self._first = now
         return now - self._first
+
+
+def fmt_mb(n: int) -> str:
+    """Bytes as whole MiB, for the peak_rss_MB lines."""
+    return f"{n / 2**20:.0f}"

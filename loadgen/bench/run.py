@@ -1,16 +1,5 @@
 """`loadgen bench`: throughput of the whole pipeline (Kafka -> Spark job -> transactional sink),
-exactness checked; `--latency` and `--scaling` run the other two benchmarks. Bench process side.
-
-Throughput: pre-load N records (synth's generator, fixed historical event time), run the job with
-Trigger.AvailableNow in its own process until every window is committed, verify the sink against
-the ledger. The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true
-sustained_events_per_s=X launch_to_visible_s=Y`, where S runs from the query's start on a ready
-SparkSession to its end (every window committed); loading and Spark start-up are excluded from S
-and reported on the lines before. X is the steady state: the records of the data batches after
-the first over the time from the first data batch's end to the last one's (`-` below two data
-batches; `--sustained` loads 5M records by default to have several); Y runs from the job
-process's launch to the run's end, every window visible to read_committed readers.
-"""
+exactness checked; `--latency` and `--scaling` run the other two benchmarks. Bench process side."""
 
 from __future__ import annotations
 
@@ -122,7 +111,7 @@ def add_bench_parser(sub: Any) -> None:
 
 def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     """The lines printed before the final one: start-up, phases, stages, state, memory."""
-    from loadgen.bench.support import fmt_mb
+    from loadgen.bench.memory import fmt_mb
 
     job, ph, st = fig.job, fig.phases, fig.stages
     first = job.first_batch_s
@@ -217,7 +206,7 @@ def validate(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """`loadgen bench`: dispatch to latency / scaling, else the throughput benchmark."""
     require("loadgen bench", "bench", "psutil")
-    from loadgen.bench.support import sigterm_as_interrupt
+    from loadgen.bench.job_child import sigterm_as_interrupt
 
     validate(args)
     with sigterm_as_interrupt():
@@ -233,8 +222,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
+    """Pre-load N records (synth's generator, fixed historical event time), run the job with
+    Trigger.AvailableNow in its own process until every window is committed, verify the sink
+    against the ledger.
+
+    The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true
+    sustained_events_per_s=X launch_to_visible_s=Y`, where S runs from the query's start on a
+    ready SparkSession to its end (every window committed); loading and Spark start-up are
+    excluded from S and reported on the lines before. X is the steady state: the records of the
+    data batches after the first over the time from the first data batch's end to the last one's
+    (`-` below two data batches; `--sustained` loads 5M records by default to have several); Y
+    runs from the job process's launch to the run's end, every window visible to read_committed
+    readers.
+    """
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.support import DEFAULT_START_MS, bench_env, preload
+    from loadgen.bench.workspace import DEFAULT_START_MS, bench_env, preload
     from loadgen.generator import parse_start
 
     start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS

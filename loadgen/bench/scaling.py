@@ -24,7 +24,7 @@ from loadgen.bench.measure import (
 if TYPE_CHECKING:
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.support import BenchEnv
+    from loadgen.bench.workspace import BenchEnv
 
 __all__ = ["Cell", "default_cells", "parse_variant", "run_scaling", "format_table"]
 
@@ -138,7 +138,7 @@ def _load_source(
 ) -> _Source:
     """Create a source topic of this shape on env's broker and pre-load --records records."""
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.support import preload
+    from loadgen.bench.workspace import preload
 
     part, ips, skew = shape
     src, overrides = env.settings(f"p{part}-i{ips}", f"topics.source_partitions={part}")
@@ -155,7 +155,7 @@ def _load_source(
 
 def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     """Run every selected cell (`--repeat` times, interleaved) and print the table."""
-    from loadgen.bench.support import DEFAULT_START_MS, bench_env
+    from loadgen.bench.workspace import DEFAULT_START_MS, bench_env
     from loadgen.generator import parse_start
 
     cells = _select(args)

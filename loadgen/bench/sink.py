@@ -1,32 +1,24 @@
 """Benchmark of the transactional sink's commit path: committed results/s for one micro-batch of N
-results (encode on the "executor", pickle to the driver, one Kafka transaction on the driver).
-
-    .venv/bin/python -m loadgen.bench.sink                      # 10k, 100k, 1M; own broker
-    .venv/bin/python -m loadgen.bench.sink --sizes 1000,10000 --bootstrap 127.0.0.1:9092
-"""
+results (encode on the "executor", pickle to the driver, one Kafka transaction on the driver)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import pickle
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
 from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.consume import TopicReader
 from ipcount.kafka.topics import ensure_topics
-from ipcount.local.broker import LocalBroker, free_port
-from ipcount.local.kinds import make_broker
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 from ipcount.sink.writer import KafkaTxnCommitMessage
+from loadgen.bench.workspace import own_broker
 
 __all__ = ["main", "bench_one"]
 
@@ -95,6 +87,9 @@ def bench_one(session: TxnSession, settings: Settings, batch_id: int, n: int) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """.venv/bin/python -m loadgen.bench.sink                      # 10k, 100k, 1M; own broker
+    .venv/bin/python -m loadgen.bench.sink --sizes 1000,10000 --bootstrap 127.0.0.1:9092
+    """
     parser = argparse.ArgumentParser(
         prog="python -m loadgen.bench.sink", description=__doc__.split("\n")[0]
     )
@@ -109,21 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
 
-    broker: LocalBroker | None = None
-    tmp: tempfile.TemporaryDirectory[str] | None = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        tmp = tempfile.TemporaryDirectory(prefix="bench-sink-")
-        broker = make_broker(
-            os.environ.get("IPCOUNT_BROKER_KIND", "kafka"),
-            Path(tmp.name) / "broker",
-            "127.0.0.1",
-            free_port(),
-        )
-
-        broker.start(timeout=30)
-        bootstrap = broker.bootstrap
-    try:
+    with own_broker(args.bootstrap, "bench-sink-") as bootstrap:
         settings = _settings(bootstrap, args.partitions)
         ensure_topics(settings)
         qid = f"bench-{uuid.uuid4().hex[:8]}"
@@ -154,11 +135,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"committed_results_per_s={n / r['commit']:,.0f}",
                 flush=True,
             )
-    finally:
-        if broker is not None:
-            broker.stop()
-        if tmp is not None:
-            tmp.cleanup()
     return 0
 
 

@@ -1,22 +1,16 @@
 """Benchmark of the Kafka source: Spark read rate (records/s) next to raw confluent-kafka
-consumption of the same topic, in one run. Pre-loads N nginx access records into a fresh topic.
-
-    .venv/bin/python -m loadgen.bench.source                          # 1M records, own broker
-    .venv/bin/python -m loadgen.bench.source --records 50000 --bootstrap 127.0.0.1:9092
-"""
+consumption of the same topic, in one run. Pre-loads N nginx access records into a fresh topic."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -26,10 +20,9 @@ from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.quirks import broker_quirks
-from ipcount.local.broker import LocalBroker, free_port
-from ipcount.local.kinds import make_broker
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition
+from loadgen.bench.workspace import own_broker
 
 __all__ = ["main"]
 
@@ -192,20 +185,11 @@ def _report_spark(run: int, result: dict[str, Any], n: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING)
-    broker: LocalBroker | None = None
-    tmp: tempfile.TemporaryDirectory[str] | None = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        tmp = tempfile.TemporaryDirectory(prefix="bench-source-broker-")
-        broker = make_broker(
-            os.environ.get("IPCOUNT_BROKER_KIND", "kafka"),
-            Path(tmp.name),
-            "127.0.0.1",
-            free_port(),
-        )
+    with own_broker(args.bootstrap, "bench-source-broker-") as bootstrap:
+        return _run(args, bootstrap)
 
-        broker.start(timeout=30)
-        bootstrap = broker.bootstrap
+
+def _run(args: argparse.Namespace, bootstrap: str) -> int:
     topic = f"bench-source-{uuid.uuid4().hex[:8]}"
     try:
         produce_rate, size = _preload(bootstrap, topic, args.partitions, args.records)
@@ -246,20 +230,19 @@ def run(args: argparse.Namespace) -> int:
             session.stop()
         return 0
     finally:
-        if broker is not None:
-            broker.stop()
-        elif args.bootstrap:
+        if args.bootstrap:
             admin = AdminClient(with_client_logging({"bootstrap.servers": args.bootstrap}))
             try:
                 for fut in admin.delete_topics([topic]).values():
                     fut.result(timeout=30)
             except KafkaException as exc:
                 print(f"could not delete benchmark topic {topic}: {exc}", file=sys.stderr)
-        if tmp is not None:
-            tmp.cleanup()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """.venv/bin/python -m loadgen.bench.source                          # 1M records, own broker
+    .venv/bin/python -m loadgen.bench.source --records 50000 --bootstrap 127.0.0.1:9092
+    """
     parser = argparse.ArgumentParser(
         prog="python -m loadgen.bench.source", description=__doc__.splitlines()[0]
     )

@@ -9,9 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadgen.bench.latency import percentile
-from loadgen.bench.scaling import parse_variant
-
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = re.compile(
     r"^bench: records=(\d+) seconds=(\d+\.\d+) events_per_s=(\d+) results=(\d+) exact=(true|false)"
@@ -104,12 +101,3 @@ def test_memory_sampler_counts_the_broker_cpu_of_the_run_only() -> None:
     with MemorySampler(os.getpid(), interval=0.05) as unsampled:
         pass
     assert unsampled.peaks.cpu_broker is None
-
-
-def test_bench_helpers() -> None:
-    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
-    assert percentile([3.0, 1.0, 2.0, 4.0], 99) == 4.0
-    cell = parse_variant("ab:partitions=6,ips=10,spark.shuffle_partitions=2,env.PYTHONPATH=/x")
-    assert (cell.name, cell.partitions, cell.ips) == ("ab", 6, 10)
-    assert cell.settings == ("spark.shuffle_partitions=2",)
-    assert cell.env == (("PYTHONPATH", "/x"),)

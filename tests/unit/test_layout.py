@@ -17,7 +17,13 @@ MAX_LINES = 400  # split a module when it takes on a second job
 # in the job). Lazy imports inside functions count too.
 LAYERS: list[set[str]] = [
     {"ipcount", "ipcount.errors", "ipcount.queries"},
-    {"ipcount.faults", "ipcount.worker_gc", "ipcount.logsetup", "ipcount.observe.httpserve"},
+    {
+        "ipcount.faults",
+        "ipcount.worker_gc",
+        "ipcount.logsetup",
+        "ipcount.childproc",
+        "ipcount.observe.httpserve",
+    },
     {"ipcount.config"},
     {"ipcount.formats"},
     {"ipcount.kafka", "ipcount.checkpoint"},

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from ipcount.config import load_settings
+from loadgen.bench.job_child import JobRun
 from loadgen.bench.measure import RunFigures, final_line
 from loadgen.bench.memory import MemoryPeaks
 from loadgen.bench.report import StageTotals, phase_totals, sustained
 from loadgen.bench.run import report_lines, validate
 from loadgen.bench.scaling import Cell, _Row, format_table
-from loadgen.bench.support import JobRun
 from loadgen.cli import build_parser
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()

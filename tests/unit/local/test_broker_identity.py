@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ipcount.local.broker import pid_alive, process_identity
+from ipcount.childproc import pid_alive, process_identity
 from ipcount.local.noida import NoidaBroker
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from ipcount.errors import ConfigError
-from ipcount.observe.httpserve import HttpServer, host_port
+from ipcount.observe.hosts import host_port
+from ipcount.observe.httpserve import HttpServer
 
 
 class _Hello(BaseHTTPRequestHandler):

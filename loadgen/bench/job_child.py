@@ -1,0 +1,215 @@
+"""The job of a pipeline benchmark as a child process (loadgen.bench.job), run from the bench
+process: started, its process tree's memory sampled, stopped, its result file loaded."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ipcount.childproc import Child, spawn
+from ipcount.errors import IpcountError
+from loadgen.bench.memory import MemoryPeaks, MemorySampler
+from loadgen.bench.report import Sustained, batch_records, sustained
+from loadgen.bench.workspace import BenchEnv
+
+__all__ = [
+    "JobRun",
+    "start_job_child",
+    "finish_job_child",
+    "run_job_child",
+    "stop_job_child",
+    "sigterm_as_interrupt",
+]
+
+
+@dataclass
+class JobRun:
+    """One run of the job child: its result file, timings (epoch s) and memory."""
+
+    status: int
+    launched: float
+    exited: float
+    result: dict[str, Any]
+    memory: MemoryPeaks
+    log: Path
+    progress: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def startup_s(self) -> float:
+        """Process launch until the SparkSession is ready (JVM, imports, session)."""
+        return float(self.result["session_ready"]) - self.launched
+
+    @property
+    def run_s(self) -> float:
+        """Query start until run_job returned: every window committed (AvailableNow)."""
+        return float(self.result["run_ended"]) - float(self.result["run_started"])
+
+    @property
+    def query_init_s(self) -> float | None:
+        """Query start until its first micro-batch began (preflight checks, the query's start,
+        Spark's Python data source processes, initial offsets)."""
+        if not self.progress or not self.progress[0].get("timestamp"):
+            return None
+        began = datetime.fromisoformat(str(self.progress[0]["timestamp"])).timestamp()
+        return began - float(self.result["run_started"])
+
+    @property
+    def launch_to_visible_s(self) -> float:
+        """Job process launch (its interpreter's start) until the run ended: with AvailableNow,
+        every window committed, i.e. visible to read_committed readers."""
+        start = self.result.get("process_start", self.launched)
+        return float(self.result["run_ended"]) - float(start)
+
+    @property
+    def sustained(self) -> Sustained | None:
+        """Steady-state throughput, the first data batch excluded (None: < 2 data batches)."""
+        return sustained(self.result.get("events", []))
+
+    @property
+    def first_batch_s(self) -> float | None:
+        """Query start until the first micro-batch with input finished."""
+        for ev in self.result.get("events", []):
+            if ev["event"] == "progress" and batch_records(ev["progress"]):
+                return float(ev["at"]) - float(self.result["run_started"])
+        return None
+
+
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.update(extra or {})
+    return env
+
+
+def start_job_child(
+    env: BenchEnv,
+    overrides: Sequence[str],
+    result_path: Path,
+    *,
+    available_now: bool,
+    spark_conf: dict[str, str] | None = None,
+    timeout: float | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Child:
+    """Launch loadgen.bench.job; its stdout/stderr go to a log file next to the result."""
+    cmd = [sys.executable, "-m", "loadgen.bench.job", "--result", str(result_path)]
+    if env.config:
+        cmd += ["--config", env.config]
+    for item in overrides:
+        cmd += ["--set", item]
+    for key, value in (spark_conf or {}).items():
+        cmd += ["--spark-conf", f"{key}={value}"]
+    if available_now:
+        # A benchmark's input is finished: every window is emitted and verified.
+        cmd += ["--available-now", "--close-all-windows"]
+    if timeout is not None:
+        cmd += ["--timeout", str(timeout)]
+    log = result_path.with_suffix(".log")
+    # In the work directory: the job imports ipcount like any installed application would
+    # (a variant's env.PYTHONPATH then wins over the checkout in the current directory).
+    return spawn(
+        cmd,
+        log=log,
+        name="bench job",
+        env=_child_env(extra_env),
+        cwd=env.workdir,
+        own_session=False,
+        append=False,
+    )
+
+
+def stop_job_child(child: Child, grace: float = 60.0) -> None:
+    """SIGTERM (the job stops cleanly after its current micro-batch), SIGKILL after `grace`."""
+    child.stop(grace, kill_wait=None)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, so a stopped benchmark still cleans up (job child,
+    generators, broker, temp dir)."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def finish_job_child(
+    child: Child,
+    sampler: MemorySampler,
+    launched: float,
+    result_path: Path,
+    timeout: float | None,
+) -> JobRun:
+    """Wait for the child, stop sampling, load its result.
+
+    Raises:
+        IpcountError: the child timed out, failed or wrote no result (with its log's tail).
+    """
+    log = result_path.with_suffix(".log")
+    try:
+        status = child.wait(timeout)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): never leave the job running against a stopped broker.
+        stop_job_child(child)
+        sampler.__exit__()
+        raise
+    if status is None:
+        stop_job_child(child)
+        sampler.__exit__()
+        raise IpcountError(f"the job did not finish within {timeout:g}s; log: {log}")
+    exited = time.time()
+    sampler.__exit__()
+    if not result_path.is_file():
+        raise IpcountError(f"the job exited with {status} and no result:\n{_tail(log)}")
+    result = json.loads(result_path.read_text())
+    if status != 0 or result.get("status") != 0:
+        raise IpcountError(f"the job failed (exit {status}):\n{_tail(log)}")
+    progress = [ev["progress"] for ev in result["events"] if ev["event"] == "progress"]
+    return JobRun(status, launched, exited, result, sampler.peaks, log, progress)
+
+
+def run_job_child(
+    env: BenchEnv,
+    overrides: Sequence[str],
+    name: str,
+    *,
+    spark_conf: dict[str, str] | None = None,
+    timeout: float = 3600.0,
+    extra_env: dict[str, str] | None = None,
+) -> JobRun:
+    """Run the job with Trigger.AvailableNow in a child process until every window is committed."""
+    result_path = env.workdir / f"job-{name}-{uuid.uuid4().hex[:6]}.json"
+    launched = time.time()
+    child = start_job_child(
+        env, overrides, result_path, available_now=True, spark_conf=spark_conf, extra_env=extra_env
+    )
+    sampler = MemorySampler(child.pid, broker_pid=env.broker_pid).__enter__()
+    return finish_job_child(child, sampler, launched, result_path, timeout)
+
+
+def _tail(log: Path, lines: int = 25) -> str:
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {log})"
+    keep = [line for line in text if "WARN" not in line or "ERROR" in line] or text
+    return "\n".join(keep[-lines:])

@@ -35,6 +35,8 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # therefore unassigns its partitions and assigns them again at concrete offsets it tracks
 # (measured: ~0.0 core while idle, records picked up within one back-off). On Apache Kafka the
 # broker holds an empty fetch open (fetch.wait.max.ms): the reader keeps its partitions.
+# A new topic's leader is not yet known on every broker thread: ask again in a moment.
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 _IDLE_BACKOFF_START = 0.05
 _IDLE_BACKOFF_MAX = 1.0
 # While idle, each look for new records fetches for this long only (records already on the
@@ -165,30 +167,37 @@ class TopicReader:
         stops short of open transactions.
         """
         probe = Consumer(consumer_conf(self._base, "read_uncommitted", "ipcount-probe"))
-        deadline = time.monotonic() + self.timeout
         try:
-            ends = {}
-            for p in self.partitions:
-                tp = TopicPartition(self.topic, p)
-                while True:
-                    try:
-                        ends[p] = probe.get_watermark_offsets(tp, timeout=self.timeout)
-                        break
-                    except KafkaException as exc:
-                        # A new topic's leader is not yet known everywhere (Apache Kafka answers
-                        # NOT_LEADER_FOR_PARTITION for a moment after CreateTopics): retry.
-                        err = exc.args[0] if exc.args else None
-                        retriable = isinstance(err, KafkaError) and err.retriable()
-                        if not retriable or time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.1)
-            return ends
-        except KafkaException as exc:
-            raise BrokerError(
-                f"cannot query the end offsets of {self.topic}: {describe_kafka_error(exc)}"
-            ) from exc
+            return {p: self._offsets(probe, p, cached=True) for p in self.partitions}
         finally:
             probe.close()
+
+    def _offsets(self, probe: Consumer, partition: int, cached: bool) -> tuple[int, int]:
+        """(low, high) of one partition as `probe`'s isolation sees it; retries for a moment while
+        a new topic's leader is not yet known everywhere (Apache Kafka answers
+        NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE for a moment after CreateTopics).
+
+        Raises:
+            BrokerError: the offsets could not be queried within the reader's timeout.
+        """
+        tp = TopicPartition(self.topic, partition)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                left = max(0.1, deadline - time.monotonic())
+                low, high = probe.get_watermark_offsets(tp, timeout=left, cached=cached)
+                return low, high
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                passing = isinstance(err, KafkaError) and (
+                    err.retriable() or err.code() in _LEADER_MOVING
+                )
+                if not passing or time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"cannot query the end of {self.topic}[{partition}]: "
+                        f"{describe_kafka_error(exc)}"
+                    ) from exc
+                time.sleep(0.1)
 
     def ends(self) -> dict[int, int]:
         """Per partition, the end this reader may read to now: under read_committed the last
@@ -216,17 +225,7 @@ class TopicReader:
         if consumer is None:
             consumer = Consumer(consumer_conf(self._base, isolation, "ipcount-probe"))
             self._probes[isolation] = consumer
-        out = {}
-        for p in self.partitions:
-            try:
-                _, out[p] = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False
-                )
-            except KafkaException as exc:
-                raise BrokerError(
-                    f"cannot query the end of {self.topic}[{p}]: {describe_kafka_error(exc)}"
-                ) from exc
-        return out
+        return {p: self._offsets(consumer, p, cached=False)[1] for p in self.partitions}
 
     def positions(self) -> dict[int, int]:
         """The next offset this reader will read per partition (past transaction markers and

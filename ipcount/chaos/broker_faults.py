@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,15 +39,9 @@ class BrokerFaults:
         def _ready_then_wait(self, job: JobProcess, kind: str, seconds: float) -> JobProcess: ...
         def _start_job(self, next_event: str | None) -> JobProcess: ...
         def _unplanned_exit(self, job: JobProcess, next_event: str | None) -> JobProcess: ...
-        def _event(
-            self,
-            kind: str,
-            batch: int | None,
-            outcome: str,
-            injected: bool = True,
-            signal: str = "",
-            recovery_s: float | None = None,
-        ) -> None: ...
+
+        # ChaosRunner._event(kind, batch, outcome, injected=, signal=, recovery_s=)
+        _event: Callable[..., None]
 
     def _broker_signal(self, kind: str) -> str:
         """SIGSTOP for a hang. A restart is SIGTERM on a broker that loses acknowledged writes

@@ -12,13 +12,7 @@ from urllib.parse import urlparse
 
 from ipcount.errors import ConfigError, SourceError
 
-__all__ = [
-    "BatchWatermarks",
-    "OffsetLog",
-    "absolute_location",
-    "check_readable",
-    "local_path",
-]
+__all__ = ["BatchWatermarks", "OffsetLog", "absolute_location", "check_readable", "local_path"]
 
 logger = logging.getLogger(__name__)
 

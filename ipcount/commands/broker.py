@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_action_parser
 from ipcount.config import Settings
 from ipcount.local.broker import LocalBroker
 from ipcount.local.kinds import BROKER_KINDS, configured_broker
@@ -17,12 +17,13 @@ ORDER = 50
 
 
 def register(sub: SubParsers) -> None:
-    p = sub.add_parser(
+    p = add_action_parser(
+        sub,
         "broker",
+        ["start", "stop", "status"],
         help="run the local development broker (Apache Kafka or noida-db)",
         description="Start, stop or check the local Kafka broker configured in [broker].",
     )
-    p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument(
         "--kind",
         choices=BROKER_KINDS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_action_parser
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics, missing_topics, topic_specs
 
@@ -14,12 +14,13 @@ ORDER = 40
 
 
 def register(sub: SubParsers) -> None:
-    p = sub.add_parser(
+    p = add_action_parser(
+        sub,
         "topics",
+        ["create", "list"],
         help="create or list the pipeline's topics",
         description="Create the configured topics (idempotent) or show which exist.",
     )
-    p.add_argument("action", choices=["create", "list"])
     p.set_defaults(func=run)
 
 

@@ -8,17 +8,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DataType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructType,
-    TimestampType,
-)
 
 from ipcount.config import Settings, SinkSettings
 from ipcount.errors import ConfigError, SchemaError
@@ -32,24 +23,24 @@ __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage"
 logger = logging.getLogger(__name__)
 
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
-_SPARK_TYPES: dict[str, tuple[type[DataType], ...]] = {
-    "timestamp-millis": (TimestampType,),
-    "string": (StringType,),
-    "long": (LongType, IntegerType),
+_SPARK_TYPES: dict[str, tuple[type[T.DataType], ...]] = {
+    "timestamp-millis": (T.TimestampType,),
+    "string": (T.StringType,),
+    "long": (T.LongType, T.IntegerType),
 }
 _COUNTS_COLUMNS = {name: _SPARK_TYPES[kind] for name, kind in RECORD_FIELDS.items()}
 # Counts mode may mark rows as late-count corrections: they go to option lateTopic.
-_COUNTS_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {"late": (BooleanType,)}
-_RAW_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
-    "key": (BinaryType, StringType),
-    "value": (BinaryType, StringType),
+_COUNTS_OPTIONAL: dict[str, tuple[type[T.DataType], ...]] = {"late": (T.BooleanType,)}
+_RAW_COLUMNS: dict[str, tuple[type[T.DataType], ...]] = {
+    "key": (T.BinaryType, T.StringType),
+    "value": (T.BinaryType, T.StringType),
 }
 # Raw mode may carry why a record is there, where it came from and, when it was cut, how long it
 # was (the dead letters): each becomes a Kafka header.
-_RAW_OPTIONAL: dict[str, tuple[type[DataType], ...]] = {
-    "reason": (StringType,),
-    "source": (StringType,),
-    "original_size": (LongType, IntegerType),
+_RAW_OPTIONAL: dict[str, tuple[type[T.DataType], ...]] = {
+    "reason": (T.StringType,),
+    "source": (T.StringType,),
+    "original_size": (T.LongType, T.IntegerType),
 }
 REASON_HEADER = "ipcount.reason"
 HEADERS = {
@@ -122,7 +113,7 @@ class KafkaTxnDataSource(DataSource):
     def name(cls) -> str:
         return "ipcount-kafka-txn"
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaTxnStreamWriter:
+    def streamWriter(self, schema: T.StructType, overwrite: bool) -> KafkaTxnStreamWriter:
         return KafkaTxnStreamWriter(self.options, schema)
 
 
@@ -150,7 +141,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
     DEFAULT_MODE = "counts"
     MODES = ("counts", "raw")
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: T.StructType) -> None:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
 
         def required(name: str) -> str:
@@ -319,10 +310,10 @@ def _records(m: KafkaTxnCommitMessage, late_topic: str) -> Iterator[Record]:
 
 
 def _check_schema(
-    schema: StructType,
-    required: Mapping[str, tuple[type[DataType], ...]],
+    schema: T.StructType,
+    required: Mapping[str, tuple[type[T.DataType], ...]],
     mode: str,
-    optional: Mapping[str, tuple[type[DataType], ...]] | None = None,
+    optional: Mapping[str, tuple[type[T.DataType], ...]] | None = None,
 ) -> list[str]:
     got = {f.name: f.dataType for f in schema.fields}
     wanted = {**required, **{k: v for k, v in (optional or {}).items() if k in got}}

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ipcount.chaos.job import JobProcess, last_committed_batch
 from ipcount.chaos.plan import BROKER_COMMIT, BROKER_HANG, BROKER_RESTART, ChaosOptions, ChaosReport
+from ipcount.chaos.processes import JobProcess, last_committed_batch
 
 if TYPE_CHECKING:
     from ipcount.chaos.env import ChaosEnv

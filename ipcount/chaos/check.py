@@ -7,11 +7,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ipcount.chaos.job import batch_ids
 from ipcount.chaos.plan import AFTER_COMMIT, BEFORE_COMMIT, ChaosEvent
+from ipcount.chaos.processes import batch_ids
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 
 __all__ = ["query_id", "progress_markers", "crash_evidence", "confirm_faults"]
 

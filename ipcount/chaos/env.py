@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ipcount.chaos.job import SynthProcess, child_env
 from ipcount.chaos.plan import BROKER_EVENTS, ChaosOptions
+from ipcount.chaos.processes import SynthProcess, child_env
 from ipcount.config import Settings, load_settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics

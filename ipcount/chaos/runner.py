@@ -16,13 +16,6 @@ from pathlib import Path
 from ipcount.chaos.broker_faults import BrokerFaults
 from ipcount.chaos.check import confirm_faults, crash_evidence
 from ipcount.chaos.env import ChaosEnv, ChaosError
-from ipcount.chaos.job import (
-    JobProcess,
-    child_env,
-    fault_spec,
-    last_committed_batch,
-    last_planned_batch,
-)
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
@@ -35,6 +28,13 @@ from ipcount.chaos.plan import (
     ChaosOptions,
     ChaosReport,
     plan_events,
+)
+from ipcount.chaos.processes import (
+    JobProcess,
+    child_env,
+    fault_spec,
+    last_committed_batch,
+    last_planned_batch,
 )
 from ipcount.config import Settings
 from ipcount.errors import IpcountError

@@ -10,7 +10,7 @@ import threading
 
 from ipcount.commands import SubParsers
 from ipcount.config import Settings
-from ipcount.dashboard.metrics import MetricsPoller
+from ipcount.dashboard.scrape import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
 from ipcount.observe.httpserve import http_limits
 

@@ -1,10 +1,11 @@
-"""`ipcount demo`: the whole pipeline on this machine — broker, topics, generator, job, consumer,
-verify."""
+"""`ipcount demo`: the whole pipeline on this machine — broker, topics, job, generator, live view,
+verify. Traffic starts once the job has committed its first micro-batch, so windows show live."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ipcount.checkpoint.offset_log import OffsetLog
+from ipcount.childproc import Child, spawn
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
@@ -26,20 +29,24 @@ _BROKER_NAMES = {
     "kafka": "a local Apache Kafka broker (KRaft, one node; broker.kind = kafka)",
     "noida-db": "a local noida-db broker (the JVM-free stand-in; broker.kind = noida-db)",
 }
+# How long the job may take to start Spark and commit its first (empty) micro-batch.
+_JOB_START_SECONDS = 300.0
+_OPEN = re.compile(r"\bopen=(\d+)\b")
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="run the whole pipeline locally and print the top IPs per window",
-        description="Start a fresh local broker, create the topics, generate access records, "
-        "run the Spark job, print each window's top IPs as its read_committed results are "
-        "committed (`ipcount top --follow`), then verify every count against the generator's "
-        "ground truth.",
+        description="Start a fresh local broker, create the topics, start the Spark job, and once "
+        "it has committed its first micro-batch generate access records while printing each "
+        "window's top IPs as its read_committed results are committed (`ipcount top "
+        "--follow`); when the traffic ends, wait until the job has emitted every window, then "
+        "verify every count against the generator's ground truth (`ipcount verify`, open=0).",
     )
     p.add_argument("--dir", default=".ipcount/demo", help="working directory (wiped first)")
     p.add_argument("--rate", type=int, default=2000, help="records per second (default 2000)")
-    p.add_argument("--duration", type=float, default=20.0, help="seconds of traffic (default 20)")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of traffic (default 30)")
     p.add_argument("--ips", type=int, default=20, help="distinct client IPs (default 20)")
     p.add_argument("--top", type=int, default=5, help="IPs shown per window (default 5)")
     p.add_argument("--keep-broker", action="store_true", help="leave the broker running at the end")
@@ -50,16 +57,44 @@ def _say(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Path | None) -> subprocess.Popen[bytes]:
-    out: Any = open(log, "ab") if log else None  # noqa: SIM115 - handed to the child
-    try:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
-    finally:
-        if out:
-            out.close()
+def _wait_until_up(job: Child, checkpoints: list[Path]) -> bool:
+    """Wait until every query of the job has committed a micro-batch (Spark, its Python workers
+    and the sink are then warm: the first batch of a fresh query runs on empty input). False:
+    the job stopped, or it did not get there within _JOB_START_SECONDS."""
+    deadline = time.monotonic() + _JOB_START_SECONDS
+    while time.monotonic() < deadline and job.poll() is None:
+        if all(OffsetLog(str(c)).committed_ids() for c in checkpoints):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _verify_until_closed(
+    cmd: list[str], env: dict[str, str], job: Child, seconds: float
+) -> subprocess.CompletedProcess[str] | None:
+    """Run `ipcount verify` until it is exact with no window open (the job has emitted every
+    window: its idle heartbeats close the last ones), the job stops, or `seconds` pass. An exact
+    check alone is not enough: open windows do not make a run inexact, and the job's heartbeats
+    emit the last windows a few batches after the traffic ends. Returns the last check."""
+    deadline = time.monotonic() + seconds
+    verify: subprocess.CompletedProcess[str] | None = None
+    while time.monotonic() < deadline and job.poll() is None:
+        verify = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if verify.returncode == 0 and _open_windows(verify.stdout) == 0:
+            break
+        time.sleep(2)
+    return verify
+
+
+def _open_windows(verify_out: str) -> int | None:
+    """open=N of `ipcount verify`'s summary (its last line); None: no summary."""
+    lines = verify_out.strip().splitlines()
+    found = _OPEN.search(lines[-1]) if lines else None
+    return int(found.group(1)) if found else None
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    began = time.monotonic()
     work = Path(args.dir).resolve()
     if work.exists():
         shutil.rmtree(work)
@@ -78,20 +113,57 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if settings.source_path == "defaults":
         env.pop("IPCOUNT_CONFIG")
     sets = [arg for o in overrides for arg in ("--set", o)]
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Child] = []
     try:
         demo_settings = settings.replace("kafka", bootstrap_servers=broker.bootstrap)
         for name, state in ensure_topics(demo_settings).items():
             _say(f"topic {name}: {state}")
         ipcount = [sys.executable, "-m", "ipcount"]
-        _say(f"starting the Spark job (log: {work / 'job.log'})")
-        job = _spawn([*ipcount, *sets, "run"], env, work / "job.log")
+        _say(
+            f"starting the Spark job (log: {work / 'job.log'}); the traffic starts once it has "
+            "committed its first micro-batch"
+        )
+        launched = time.monotonic()
+        job = spawn([*ipcount, *sets, "run"], log=work / "job.log", name="the Spark job", env=env)
         procs.append(job)
+        queries = [checkpoint]
+        if settings.job.dead_letter:
+            queries.append(Path(f"{checkpoint}-dead-letter"))
+        if not _wait_until_up(job, queries):
+            why = "stopped" if job.poll() is not None else f"not up in {_JOB_START_SECONDS:g}s"
+            _say(f"the Spark job {why}; see {work / 'job.log'}")
+            return 1
+        up = time.monotonic() - launched
+        _say(f"the job is up after {up:.0f}s (first micro-batch committed)")
+        window = settings.job.window_seconds
+        idle = (
+            settings.job.idle_timeout_seconds + window + settings.job.watermark_delay_seconds + 10
+        )
+        _say(
+            f"the top {args.top} IPs of each window, as its read_committed results are committed "
+            "(ipcount top --follow; late corrections show as update blocks):"
+        )
+        consumer = spawn(
+            [
+                *ipcount,
+                *sets,
+                "top",
+                "--follow",
+                "--n",
+                str(args.top),
+                "--idle-exit",
+                f"{args.duration + idle + 60:g}",
+            ],
+            log=None,
+            name="the live view",
+            env=env,
+        )
+        procs.append(consumer)
         _say(
             f"generating {args.rate} records/s for {args.duration:g}s from {args.ips} IPs "
             f"(log: {work / 'loadgen.log'}, ground truth: {ledger})"
         )
-        synth = _spawn(
+        synth = spawn(
             [
                 sys.executable,
                 "-m",
@@ -111,33 +183,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 "--ledger",
                 str(ledger),
             ],
-            env,
-            work / "loadgen.log",
+            log=work / "loadgen.log",
+            name="the generator",
+            env=env,
         )
         procs.append(synth)
-        window = settings.job.window_seconds
-        idle = (
-            settings.job.idle_timeout_seconds + window + settings.job.watermark_delay_seconds + 10
-        )
-        _say(
-            f"the top {args.top} IPs of each window, as its read_committed results are committed "
-            "(ipcount top --follow; late corrections show as update blocks):"
-        )
-        consumer = _spawn(
-            [
-                *ipcount,
-                *sets,
-                "top",
-                "--follow",
-                "--n",
-                str(args.top),
-                "--idle-exit",
-                f"{args.duration + idle + 60:g}",
-            ],
-            env,
-            None,
-        )
-        procs.append(consumer)
         if synth.wait() != 0:
             _say(f"the generator failed (status {synth.returncode}); see {work / 'loadgen.log'}")
             return 1
@@ -145,30 +195,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"traffic done; waiting for the last windows "
             f"(about {idle:.0f}s: idle timeout + window + delay)"
         )
-        deadline = time.monotonic() + idle + 60
-        verify: subprocess.CompletedProcess[str] | None = None
-        while time.monotonic() < deadline and job.poll() is None:
-            verify = subprocess.run(
-                [*ipcount, *sets, "verify", "--ledger", str(ledger)],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            if verify.returncode == 0:
-                break
-            time.sleep(3)
+        verify = _verify_until_closed(
+            [*ipcount, *sets, "verify", "--ledger", str(ledger)], env, job, idle + 60
+        )
         if job.poll() is not None:
             _say(f"the job stopped unexpectedly (status {job.returncode}); see {work / 'job.log'}")
             return 1
-        try:
-            # top prints a window once it has read all of it: a moment for the last ones.
-            consumer.wait(timeout=4)
-        except subprocess.TimeoutExpired:
+        # top shows a window a moment after its commit: time for the last ones.
+        if consumer.wait(timeout=4) is None:
             consumer.send_signal(signal.SIGINT)
             consumer.wait(timeout=30)
         _say("stopping the job (SIGTERM: it finishes its current micro-batch)")
-        job.send_signal(signal.SIGTERM)
-        job.wait(timeout=120)
+        job.stop(120)
         _say("exactness check against the generator's ground truth:")
         if verify is None:
             _say("no verification ran")
@@ -176,15 +214,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(verify.stdout.strip(), flush=True)
         if verify.returncode != 0:
             print(verify.stderr.strip(), flush=True)
-        return verify.returncode
+            return verify.returncode
+        left = _open_windows(verify.stdout)
+        if left:
+            _say(f"the job had not emitted {left} (window, ip) results within {idle + 60:.0f}s")
+            return 1
+        _say(f"done in {time.monotonic() - began:.0f}s")
+        return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        for child in procs:
+            child.stop(60)
+            child.reap()
         if args.keep_broker:
             _say(f"broker left running on {broker.bootstrap} (pid in {broker.state_file})")
         else:

@@ -11,7 +11,7 @@ from ipcount.config import Settings
 from ipcount.dashboard.model import WindowBook
 from ipcount.errors import IpcountError
 from ipcount.formats.avro import Codec, IpCount, make_codec
-from ipcount.kafka.consume import SinkRecord, TopicReader, decode_records
+from ipcount.kafka.topic_reader import SinkRecord, TopicReader, decode_records
 
 __all__ = ["ResultFeed"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from ipcount.config import Settings
 from ipcount.dashboard.feed import ResultFeed
-from ipcount.dashboard.metrics import MetricsPoller
 from ipcount.dashboard.model import TopWindow, WindowBook
+from ipcount.dashboard.scrape import MetricsPoller
 from ipcount.errors import BrokerError, IpcountError
 from ipcount.observe.hosts import host_allowed, host_port
 from ipcount.observe.httpserve import HttpLimits, HttpServer

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import describe_kafka_error
-from ipcount.kafka.consume import consumer_conf
+from ipcount.kafka.topic_reader import consumer_conf
 from ipcount.sink.history import POSITION_KEY, lost_commit, read_markers
 
 __all__ = ["StaleSession", "check_still_committed"]

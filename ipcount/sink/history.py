@@ -13,7 +13,7 @@ from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.checkpoint.receipts import ReceiptLog
 from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.kafka.client import with_client_logging
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 
 __all__ = [
     "POSITION_KEY",

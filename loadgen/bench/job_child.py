@@ -1,5 +1,5 @@
-"""The job of a pipeline benchmark as a child process (loadgen.bench.job), run from the bench
-process: started, its process tree's memory sampled, stopped, its result file loaded."""
+"""The job of a pipeline benchmark as a child process (loadgen.bench.job_process), run from the
+bench process: started, its process tree's memory sampled, stopped, its result file loaded."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def start_job_child(
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> Child:
-    """Launch loadgen.bench.job; its stdout/stderr go to a log file next to the result."""
-    cmd = [sys.executable, "-m", "loadgen.bench.job", "--result", str(result_path)]
+    """Launch loadgen.bench.job_process; its stdout/stderr go to a log file next to the result."""
+    cmd = [sys.executable, "-m", "loadgen.bench.job_process", "--result", str(result_path)]
     if env.config:
         cmd += ["--config", env.config]
     for item in overrides:

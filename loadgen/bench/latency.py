@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from ipcount.childproc import Child, spawn
 from ipcount.errors import ConfigError, IpcountError
-from ipcount.kafka.consume import consumer_conf
+from ipcount.kafka.topic_reader import consumer_conf
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
@@ -196,8 +196,8 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
     """Run the job (processing-time trigger) and the rate phases; print percentiles per rate."""
     from ipcount.kafka.topics import ensure_topics
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.job import STARTED_SUFFIX
     from loadgen.bench.job_child import finish_job_child, start_job_child, stop_job_child
+    from loadgen.bench.job_process import STARTED_SUFFIX
     from loadgen.bench.memory import MemorySampler, fmt_mb
     from loadgen.bench.workspace import bench_env, verify_run
 

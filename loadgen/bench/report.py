@@ -121,7 +121,7 @@ class Sustained:
 
 
 def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
-    """Sustained events/s from the job child's events (loadgen.bench.job: `progress` events
+    """Sustained events/s from the job child's events (loadgen.bench.job_process: `progress` events
     with `at` and Spark's progress JSON), or None with fewer than two data batches.
 
     A data batch has access records (batch_records > 0: heartbeat-only batches are not). When

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id

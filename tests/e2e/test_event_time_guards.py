@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from ipcount.formats.accesslog import format_record
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.verify.ledger import Ledger
 

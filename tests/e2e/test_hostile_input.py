@@ -8,7 +8,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from ipcount.formats.accesslog import format_record
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 
 # A valid local time whose UTC instant is after 9999-12-31T23:59:59Z (used to raise OverflowError

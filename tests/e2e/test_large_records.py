@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 
 SIZE = 1_040_000  # above librdkafka's default message.max.bytes (1,000,000), below Kafka's limit

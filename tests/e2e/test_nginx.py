@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from ipcount.config import Settings
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 from ipcount.verify.ledger import Ledger

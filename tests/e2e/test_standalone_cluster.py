@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.consume import TopicReader, decode_records
+from ipcount.kafka.topic_reader import TopicReader, decode_records
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.cluster import StandaloneCluster, spark_home
 from ipcount.verify.ledger import Ledger

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ipcount.chaos.job import (
+from ipcount.chaos.processes import (
     JobProcess,
     SynthProcess,
     child_env,

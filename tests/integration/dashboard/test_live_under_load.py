@@ -19,7 +19,7 @@ import pytest
 
 from ipcount.config import Settings
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.consume import TopicReader, decode_records
+from ipcount.kafka.topic_reader import TopicReader, decode_records
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 

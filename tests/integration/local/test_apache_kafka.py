@@ -20,7 +20,7 @@ import pytest
 
 from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import IpCount, SingleObjectCodec
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 from ipcount.local.kraft import KafkaBroker

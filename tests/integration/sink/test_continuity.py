@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from ipcount.errors import SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.history import POSITION_KEY
 from ipcount.sink.txn import TxnSession

@@ -15,7 +15,7 @@ import pytest
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, FatalKafkaError, IpcountError, TransactionAbortedError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.history import announce_run
 from ipcount.sink.txn import TxnSession

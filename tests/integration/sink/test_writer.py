@@ -14,7 +14,7 @@ import pytest
 
 from ipcount.config import Settings
 from ipcount.formats.avro import IpCount, SingleObjectCodec
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.writer import sink_options
 from ipcount.verify.compare import compare

@@ -203,7 +203,7 @@ def test_follow_picks_up_records_committed_while_idle(sink_settings: Settings) -
     import threading
     import time
 
-    from ipcount.kafka.consume import TopicReader
+    from ipcount.kafka.topic_reader import TopicReader
 
     _commit(sink_settings, [_results(0, ["10.0.3.1"])])
     later = [_results(1 + b, [f"10.0.3.{i}" for i in range(4)]) for b in range(2)]

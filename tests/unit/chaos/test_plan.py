@@ -9,14 +9,6 @@ from pathlib import Path
 import pytest
 
 from ipcount.chaos.check import query_id
-from ipcount.chaos.job import (
-    batch_ids,
-    child_env,
-    fault_spec,
-    find_fault_line,
-    last_committed_batch,
-    last_planned_batch,
-)
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
@@ -28,6 +20,14 @@ from ipcount.chaos.plan import (
     ChaosOptions,
     ChaosReport,
     plan_events,
+)
+from ipcount.chaos.processes import (
+    batch_ids,
+    child_env,
+    fault_spec,
+    find_fault_line,
+    last_committed_batch,
+    last_planned_batch,
 )
 from ipcount.errors import ConfigError
 from ipcount.faults import parse_faults

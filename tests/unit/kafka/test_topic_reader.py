@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from ipcount.kafka import consume
-from ipcount.kafka.consume import TopicReader
+from ipcount.kafka import topic_reader
 from ipcount.kafka.quirks import NOIDA_DB, NONE
+from ipcount.kafka.topic_reader import TopicReader
 
 TOPIC = "sink"
 END = 5
@@ -86,8 +86,8 @@ class _SlowFetchConsumer:
 
 
 def test_read_to_end_survives_fetches_slower_than_one_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
-    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    monkeypatch.setattr(topic_reader, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(topic_reader.time, "sleep", lambda s: None)
     with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NOIDA_DB) as reader:
         records = list(reader.read_to_end(deadline_seconds=5))
         fake = reader._consumer
@@ -97,8 +97,8 @@ def test_read_to_end_survives_fetches_slower_than_one_poll(monkeypatch: pytest.M
 
 
 def test_an_idle_reader_still_lets_go_of_its_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
-    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    monkeypatch.setattr(topic_reader, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(topic_reader.time, "sleep", lambda s: None)
     with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NOIDA_DB) as reader:
         list(reader.read_to_end(deadline_seconds=5))
         assert reader.poll() == [] and not reader._assigned
@@ -108,8 +108,8 @@ def test_on_apache_kafka_an_idle_reader_keeps_its_partitions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Apache Kafka holds an empty fetch open: releasing partitions there would only add latency.
-    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
-    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    monkeypatch.setattr(topic_reader, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(topic_reader.time, "sleep", lambda s: None)
     with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NONE) as reader:
         list(reader.read_to_end(deadline_seconds=5))
         assert reader.poll() == [] and reader._assigned
@@ -122,8 +122,8 @@ def test_caught_up_only_at_the_end_and_says_when_the_end_is_unknown(
 
     from ipcount.errors import BrokerError
 
-    monkeypatch.setattr(consume, "Consumer", _SlowFetchConsumer)
-    monkeypatch.setattr(consume.time, "sleep", lambda s: None)
+    monkeypatch.setattr(topic_reader, "Consumer", _SlowFetchConsumer)
+    monkeypatch.setattr(topic_reader.time, "sleep", lambda s: None)
     with TopicReader({"bootstrap.servers": "fake:9092"}, TOPIC, quirks=NONE) as reader:
         assert not reader.caught_up()
         list(reader.read_to_end(deadline_seconds=5))

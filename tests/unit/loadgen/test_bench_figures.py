@@ -44,7 +44,7 @@ def batch(
     lag_s: float = 0.2,
     query: str = "q-counts",
 ) -> dict[str, Any]:
-    """One progress event as loadgen.bench.job records it: the listener's wall-clock `at` (the
+    """One progress event as loadgen.bench.job_process records it: the listener's wall-clock `at` (the
     batch's end plus the listener's delivery lag) and Spark's progress JSON. `records`: the
     ipcount_quality observed metric (None: not observed)."""
     progress: dict[str, Any] = {

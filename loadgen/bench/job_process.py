@@ -53,9 +53,9 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """python -m loadgen.bench.job --result FILE [--config F] [--set K=V ...]
+    """python -m loadgen.bench.job_process --result FILE [--config F] [--set K=V ...]
     [--spark-conf K=V ...] [--available-now] [--timeout S]"""
-    parser = argparse.ArgumentParser(prog="python -m loadgen.bench.job")
+    parser = argparse.ArgumentParser(prog="python -m loadgen.bench.job_process")
     parser.add_argument("--result", required=True, help="JSON result file to write")
     parser.add_argument("--config", help="ipcount settings file")
     parser.add_argument("--set", dest="overrides", action="append", default=[])

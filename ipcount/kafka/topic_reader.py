@@ -168,11 +168,11 @@ class TopicReader:
         """
         probe = Consumer(consumer_conf(self._base, "read_uncommitted", "ipcount-probe"))
         try:
-            return {p: self._offsets(probe, p, cached=True) for p in self.partitions}
+            return {p: self._offsets(probe, p) for p in self.partitions}
         finally:
             probe.close()
 
-    def _offsets(self, probe: Consumer, partition: int, cached: bool) -> tuple[int, int]:
+    def _offsets(self, probe: Consumer, partition: int) -> tuple[int, int]:
         """(low, high) of one partition as `probe`'s isolation sees it; retries for a moment while
         a new topic's leader is not yet known everywhere (Apache Kafka answers
         NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE for a moment after CreateTopics).
@@ -185,7 +185,7 @@ class TopicReader:
         while True:
             try:
                 left = max(0.1, deadline - time.monotonic())
-                low, high = probe.get_watermark_offsets(tp, timeout=left, cached=cached)
+                low, high = probe.get_watermark_offsets(tp, timeout=left, cached=False)
                 return low, high
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
@@ -225,7 +225,7 @@ class TopicReader:
         if consumer is None:
             consumer = Consumer(consumer_conf(self._base, isolation, "ipcount-probe"))
             self._probes[isolation] = consumer
-        return {p: self._offsets(consumer, p, cached=False)[1] for p in self.partitions}
+        return {p: self._offsets(consumer, p)[1] for p in self.partitions}
 
     def positions(self) -> dict[int, int]:
         """The next offset this reader will read per partition (past transaction markers and

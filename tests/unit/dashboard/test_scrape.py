@@ -18,10 +18,9 @@ from prometheus_client import (
     start_http_server,
 )
 
-from ipcount.dashboard.metrics import MetricsPoller, parse_metrics
+from ipcount.dashboard.scrape import MetricsPoller, parse_metrics
 from ipcount.local.broker import free_port
-
-COUNTS_QUERY = "ipcount"  # the job's counting query's `query` label
+from ipcount.queries import COUNTS_QUERY
 
 
 @pytest.fixture
@@ -171,10 +170,3 @@ def test_batch_time_is_the_counting_querys_not_the_dead_letter_querys() -> None:
     batch.labels(query="ipcount-dead-letter").observe(100.0)
     values = parse_metrics(generate_latest(reg).decode())
     assert (values["batches"], values["batch_seconds_sum"]) == (2, 4.0)
-
-
-def test_the_counting_querys_label_is_the_jobs() -> None:
-    from ipcount.dashboard import metrics
-    from ipcount.queries import COUNTS_QUERY as JOBS
-
-    assert metrics.COUNTS_QUERY == JOBS == COUNTS_QUERY

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from ipcount.config import MAX_RECORD_BYTES
 from ipcount.errors import ConfigError
 from ipcount.formats.accesslog import format_record, format_time_local
 from ipcount.verify.ledger import window_start_ms
@@ -68,7 +69,7 @@ class SynthSpec:
     seed: int | None = None
     window_ms: int = 5000
     watermark_delay_seconds: float = 5.0
-    max_record_bytes: int = 8192
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def validate(self) -> None:
         """Raises ConfigError naming the option to fix."""

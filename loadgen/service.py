@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
-from ipcount.config import Settings
+from ipcount.config import MAX_RECORD_BYTES, Settings
 from ipcount.formats.accesslog import (
     IP_PATTERN,
     ParseError,
@@ -273,7 +273,9 @@ def _access_log_middleware(sender: Any, max_record_bytes: int, stats: dict[str, 
     return access_log
 
 
-def build_app(sender: BackgroundSender | None, max_record_bytes: int = 8192) -> web.Application:
+def build_app(
+    sender: BackgroundSender | None, max_record_bytes: int = MAX_RECORD_BYTES
+) -> web.Application:
     """The website; with a sender, each answered request (but /_stats, /metrics) is a record.
     `max_record_bytes` is retired (a line counts at any length) and has no effect."""
     stats = {"requests": 0, "malformed": 0}

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_BYTES_PER_BATCH",
     "MIN_BYTES_PER_BATCH",
     "MAX_RECORD_BYTES",
+    "WIRE_FORMATS",
     "MIN_TRANSACTION_TIMEOUT_MS",
     "redact",
     "validate",
@@ -36,6 +37,8 @@ MIN_BYTES_PER_BATCH = 1024
 # The retired job.max_record_bytes's default (nginx's 8 KiB header buffer); loadgen still sizes
 # its oversized lines by it.
 MAX_RECORD_BYTES = 8192
+# The sink's wire formats (sink.wire_format): Avro single-object encoding or Confluent's framing.
+WIRE_FORMATS = ("single-object", "confluent")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000
 
@@ -332,11 +335,11 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
             "transaction_timeout_ms",
             f"must be at least {MIN_TRANSACTION_TIMEOUT_MS}, got {s.sink.transaction_timeout_ms}",
         )
-    if s.sink.wire_format not in ("single-object", "confluent"):
+    if s.sink.wire_format not in WIRE_FORMATS:
         fail(
             "sink",
             "wire_format",
-            f"must be 'single-object' or 'confluent', got {s.sink.wire_format!r}",
+            f"must be one of {', '.join(WIRE_FORMATS)}, got {s.sink.wire_format!r}",
         )
     if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
         fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")

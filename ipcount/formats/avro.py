@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
+from ipcount.config.settings import WIRE_FORMATS
 from ipcount.errors import ConfigError, DecodeError, SchemaError
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
 SCHEMA_FILE = "ip_count.avsc"
 # Avro single-object encoding: 0xC3 0x01, then the 8-byte little-endian CRC-64-AVRO fingerprint.
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-WIRE_FORMATS = ("single-object", "confluent")
 _HEADER_LEN = len(SINGLE_OBJECT_MAGIC) + 8
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -22,6 +22,13 @@ __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage"
 
 logger = logging.getLogger(__name__)
 
+# The sink's options, by their Spark names: `sink_options` writes them, the writer reads them.
+TOPIC, PROGRESS_TOPIC, LATE_TOPIC = "topic", "progressTopic", "lateTopic"
+QUERY_ID, RUN_ID, TRANSACTIONAL_ID = "queryId", "runId", "transactionalId"
+MODE, WIRE_FORMAT, SCHEMA_REGISTRY_URL = "mode", "wireFormat", "schemaRegistryUrl"
+TRANSACTION_TIMEOUT_MS, RETRY_DEADLINE_SECONDS = "transactionTimeoutMs", "retryDeadlineSeconds"
+QUERY_CHECKPOINT = "queryCheckpoint"
+
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
 _SPARK_TYPES: dict[str, tuple[type[T.DataType], ...]] = {
     "timestamp-millis": (T.TimestampType,),
@@ -75,21 +82,21 @@ def sink_options(
     """
     k, s = settings.kafka, settings.sink
     opts = {
-        "topic": topic or settings.topics.sink,
-        "progressTopic": settings.topics.progress,
-        "queryId": query_id,
-        "runId": run_id or new_run_id(),
-        "mode": mode,
-        "transactionTimeoutMs": str(s.transaction_timeout_ms),
-        "retryDeadlineSeconds": str(s.retry_deadline_seconds),
-        "wireFormat": s.wire_format,
-        "schemaRegistryUrl": s.schema_registry_url,
+        TOPIC: topic or settings.topics.sink,
+        PROGRESS_TOPIC: settings.topics.progress,
+        QUERY_ID: query_id,
+        RUN_ID: run_id or new_run_id(),
+        MODE: mode,
+        TRANSACTION_TIMEOUT_MS: str(s.transaction_timeout_ms),
+        RETRY_DEADLINE_SECONDS: str(s.retry_deadline_seconds),
+        WIRE_FORMAT: s.wire_format,
+        SCHEMA_REGISTRY_URL: s.schema_registry_url,
         "kafka.bootstrap.servers": k.bootstrap_servers,
     }
     if late_topic:
-        opts["lateTopic"] = late_topic
+        opts[LATE_TOPIC] = late_topic
     if checkpoint:
-        opts["queryCheckpoint"] = checkpoint
+        opts[QUERY_CHECKPOINT] = checkpoint
     opts.update({f"kafka.{key}": value for key, value in k.client.items()})
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
@@ -144,25 +151,28 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: T.StructType) -> None:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
 
+        def get(name: str, default: str = "") -> str:
+            return opts.get(name.lower(), default)
+
         def required(name: str) -> str:
-            value = opts.get(name.lower(), "").strip()
+            value = get(name).strip()
             if not value:
                 raise ConfigError(f"ipcount-kafka-txn sink: option {name!r} is required")
             return value
 
-        self.mode = opts.get("mode", self.DEFAULT_MODE)
+        self.mode = get(MODE, self.DEFAULT_MODE)
         if self.mode not in self.MODES:
             raise ConfigError(
                 f"ipcount-kafka-txn sink: option 'mode' must be one of {self.MODES}, "
                 f"got {self.mode!r}"
             )
-        self.wire_format = opts.get("wireformat", self.DEFAULT_WIRE_FORMAT)
+        self.wire_format = get(WIRE_FORMAT, self.DEFAULT_WIRE_FORMAT)
         if self.wire_format not in WIRE_FORMATS:
             raise ConfigError(
                 f"ipcount-kafka-txn sink: option 'wireFormat' (sink.wire_format) must be one of "
                 f"{', '.join(WIRE_FORMATS)}, got {self.wire_format!r}"
             )
-        self.schema_registry_url = opts.get("schemaregistryurl", "")
+        self.schema_registry_url = get(SCHEMA_REGISTRY_URL)
         if self.wire_format == "confluent" and not self.schema_registry_url:
             raise ConfigError(
                 "sink.schema_registry_url (option 'schemaRegistryUrl') must be set for "
@@ -176,24 +186,24 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 consumer[key[len("kafka.consumer.") :]] = value
             elif key.startswith("kafka."):
                 common[key[len("kafka.") :]] = value
-        query_id = required("queryId")
+        query_id = required(QUERY_ID)
         self.config = TxnConfig(
-            topic=required("topic"),
-            progress_topic=required("progressTopic"),
+            topic=required(TOPIC),
+            progress_topic=required(PROGRESS_TOPIC),
             query_id=query_id,
-            run_id=opts.get("runid", ""),
-            transactional_id=opts.get("transactionalid") or default_transactional_id(query_id),
+            run_id=get(RUN_ID),
+            transactional_id=get(TRANSACTIONAL_ID) or default_transactional_id(query_id),
             fault_points=self.mode == "counts",
             producer_conf={**common, **producer},
             consumer_conf={**common, **consumer},
             transaction_timeout_ms=_number(
-                opts, "transactionTimeoutMs", int, self.DEFAULT_TRANSACTION_TIMEOUT_MS
+                opts, TRANSACTION_TIMEOUT_MS, int, self.DEFAULT_TRANSACTION_TIMEOUT_MS
             ),
             retry_deadline_seconds=_number(
-                opts, "retryDeadlineSeconds", float, self.DEFAULT_RETRY_DEADLINE_SECONDS
+                opts, RETRY_DEADLINE_SECONDS, float, self.DEFAULT_RETRY_DEADLINE_SECONDS
             ),
-            late_topic=opts.get("latetopic", "").strip(),
-            checkpoint=opts.get("querycheckpoint", "").strip(),
+            late_topic=get(LATE_TOPIC).strip(),
+            checkpoint=get(QUERY_CHECKPOINT).strip(),
         )
         self.columns = _check_schema(
             schema,

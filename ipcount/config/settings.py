@@ -339,7 +339,7 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail(
             "sink",
             "wire_format",
-            f"must be one of {', '.join(WIRE_FORMATS)}, got {s.sink.wire_format!r}",
+            f"must be {' or '.join(repr(f) for f in WIRE_FORMATS)}, got {s.sink.wire_format!r}",
         )
     if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
         fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")

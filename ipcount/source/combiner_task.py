@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from ipcount.formats.arrow_parse import ChunkParser
+from ipcount.source.clean_ranges import is_clean, mark_clean, unmark
 from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
@@ -50,10 +51,18 @@ def read_task(
             for msgs in read_messages(options, rng):
                 combiner.add(pa.array([m.value() for m in msgs], pa.binary()))
             result = combiner.result()
+            if options.clean_range_markers and not (combiner.malformed or combiner.future):
+                # The whole range read, nothing rejected: the dead letters need not read it.
+                mark_clean(options.query_checkpoint, rng, rules.future_after_ms)
             if result.num_rows:
                 yield result
         return
     if rng is None:
+        return
+    marked = options.counts_checkpoint
+    if marked and is_clean(marked, rng, rules.future_after_ms):
+        # The counting query read this exact range with this batch time and rejected nothing.
+        unmark(marked, rng, rules.future_after_ms)
         return
     parser = ChunkParser()
     for msgs in read_messages(options, rng):

@@ -4,9 +4,18 @@ offsets, so both queries give each record one verdict, through replays too."""
 
 from __future__ import annotations
 
-from ipcount.source.offsets import SourceOffset, TopicPartitionKey, Verdicts, follow_batches
+from collections.abc import Mapping
 
-__all__ = ["CountsFollower"]
+from ipcount.source.offsets import (
+    OffsetRange,
+    SourceOffset,
+    TopicPartitionKey,
+    Verdicts,
+    follow_batches,
+    plan_ranges,
+)
+
+__all__ = ["CountsFollower", "plan_followed"]
 
 # The most batches of the counting query one dead-letter batch follows (its tasks are cut at their
 # boundaries, so this bounds the tasks of a dead-letter query catching up).
@@ -38,3 +47,37 @@ class CountsFollower:
                 self._batches[batch_id] = (ends, int(meta.get("batchTimestampMs", 0)))
         batches = [self._batches[i] for i in ids]
         return follow_batches(start, end, batches, MAX_FOLLOWED_BATCHES)
+
+
+def plan_followed(
+    start: Mapping[TopicPartitionKey, int],
+    end: Mapping[TopicPartitionKey, int],
+    verdicts: Verdicts,
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+) -> list[tuple[OffsetRange, int | None]]:
+    """The dead-letter tasks of one batch, with the batch time that judges each: every followed
+    counting batch split as that query split it (plan_ranges over that batch's own start and end),
+    so a task reads a range a counting task read (source.clean_ranges); offsets past the verdicts
+    (none in practice) get None."""
+    batches: dict[int, tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]] = {}
+    rest: tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]] = ({}, {})
+    for tp in sorted(end):
+        pos = start.get(tp, 0)
+        for b_end, ts in verdicts.get(tp, ()):
+            if b_end <= pos:
+                continue
+            stop = min(b_end, end[tp])
+            begins, ends = batches.setdefault(ts, ({}, {}))
+            # Two batches of one time (no known case) merge: only the split can differ.
+            begins.setdefault(tp, pos)
+            ends[tp] = pos = stop
+            if pos >= end[tp]:
+                break
+        if pos < end[tp]:
+            rest[0][tp], rest[1][tp] = pos, end[tp]
+    split = (min_partitions, max_records_per_partition)
+    tasks: list[tuple[OffsetRange, int | None]] = [
+        (rng, ts) for ts in sorted(batches) for rng in plan_ranges(*batches[ts], *split)
+    ]
+    return tasks + [(rng, None) for rng in plan_ranges(*rest, *split)]

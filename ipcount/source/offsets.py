@@ -26,7 +26,6 @@ __all__ = [
     "flush_heartbeat",
     "Verdicts",
     "follow_batches",
-    "split_by_verdicts",
 ]
 
 # (topic, partition)
@@ -333,24 +332,3 @@ def follow_batches(
         if bounds:
             verdicts[tp] = tuple(bounds)
     return capped, verdicts
-
-
-def split_by_verdicts(
-    ranges: Sequence[OffsetRange], verdicts: Verdicts
-) -> list[tuple[OffsetRange, int | None]]:
-    """Each range cut where the counting query's batches end, with the batch time its records
-    were judged by (None where `verdicts` says nothing of that partition)."""
-    out: list[tuple[OffsetRange, int | None]] = []
-    for r in ranges:
-        begin = r.start
-        for b_end, ts in verdicts.get((r.topic, r.partition), ()):
-            if b_end <= begin:
-                continue
-            stop = min(b_end, r.end)
-            out.append((OffsetRange(r.topic, r.partition, begin, stop), ts))
-            begin = stop
-            if begin >= r.end:
-                break
-        if begin < r.end:
-            out.append((OffsetRange(r.topic, r.partition, begin, r.end), None))
-    return out

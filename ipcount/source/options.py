@@ -94,6 +94,7 @@ class SourceOptions:
     output: str
     window_ms: int
     late_corrections: bool
+    clean_range_markers: bool
 
     @property
     def heartbeats(self) -> bool:
@@ -233,6 +234,9 @@ _OPTIONS = (
     # output=counts: records of already-emitted windows count as corrections (late=true); off,
     # they are left to Spark, which drops them (numRowsDroppedByWatermark).
     _Option("lateCorrections", "late_corrections", "true", _boolean),
+    # output=counts: a task that finds no rejects in its range marks it clean under
+    # queryCheckpoint (local only), so the dead-letter query (countsCheckpoint) skips that read.
+    _Option("cleanRangeMarkers", "clean_range_markers", "false", _boolean),
 )
 _BY_FIELD = {o.field: o for o in _OPTIONS}
 _KNOWN = {o.name.lower() for o in _OPTIONS}
@@ -334,6 +338,8 @@ def source_options(
         "max_records_per_partition": job.max_records_per_partition or None,
         "query_checkpoint": query_checkpoint or None,
         "counts_checkpoint": counts_checkpoint or None,
+        # Only a dead-letter query uses them.
+        "clean_range_markers": output == "counts" and settings.job.dead_letter,
     }
     if heartbeats:
         values["idle_timeout_ms"] = _ms(job.idle_timeout_seconds)

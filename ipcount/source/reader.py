@@ -17,7 +17,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ipcount.errors import SourceError
-from ipcount.source.follow import CountsFollower
+from ipcount.source.clean_ranges import prune_passed, prune_retired
+from ipcount.source.follow import CountsFollower, plan_followed
 from ipcount.source.heartbeats import HeartbeatPlanner
 from ipcount.source.offsets import (
     EARLIEST,
@@ -26,7 +27,6 @@ from ipcount.source.offsets import (
     SourceOffset,
     TopicPartitionKey,
     plan_ranges,
-    split_by_verdicts,
     spread_limit,
 )
 from ipcount.source.options import SourceOptions, parse_options
@@ -215,6 +215,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         verdicts = None
         if self._follower is not None:
             end, verdicts = self._follower.follow(begin.offsets, end)
+            # Batches before `start` are done: their unused clean-range markers go.
+            prune_passed(self._follower.checkpoint, begin.offsets)
         self._report = _lag_report(latest, end)
         now = self._target is not None
         if any(end[tp] > begin.offsets.get(tp, 0) for tp in end):
@@ -289,20 +291,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.warning(
                     "skipping %s/%d: offset moved back from %d to %d", *tp, begin.offsets[tp], pos
                 )
-        ranges = plan_ranges(
-            begin.offsets,
-            finish.offsets,
-            self.options.min_partitions,
-            self.options.max_records_per_partition,
-        )
+        split = (self.options.min_partitions, self.options.max_records_per_partition)
         late_before, batch_ms = self._batch_marks(end)
         if finish.verdicts is not None:
             # Dead letters: each record judged at the time of the counting batch that read it.
             tasks = [
                 KafkaInputPartition(rng, None, late_before, judged or None)
-                for rng, judged in split_by_verdicts(ranges, finish.verdicts)
+                for rng, judged in plan_followed(
+                    begin.offsets, finish.offsets, finish.verdicts, *split
+                )
             ]
         else:
+            ranges = plan_ranges(begin.offsets, finish.offsets, *split)
             tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
@@ -331,8 +331,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return marks.late_before_ms, marks.batch_timestamp_ms or None
 
     def commit(self, end: dict) -> None:
-        # Offsets live in Spark's checkpoint; nothing is committed to Kafka.
-        pass
+        # Offsets live in Spark's checkpoint; nothing is committed to Kafka. Clean-range markers
+        # of batches Spark no longer keeps go.
+        if self.options.clean_range_markers:
+            prune_retired(self.options.query_checkpoint)
 
     def stop(self) -> None:
         if self._kafka is not None:

@@ -1,0 +1,168 @@
+"""Clean-range markers through the real read tasks (issue 31): a counting task that finds no
+rejects in its range leaves a marker, and the dead-letter task for exactly that range then reads
+nothing; any other range (rejects, another split, another batch time) is read and judged."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ipcount.formats.accesslog import format_record
+from ipcount.kafka.client import with_client_logging
+from ipcount.source import combiner_task
+from ipcount.source.offsets import OffsetRange, SourceOffset
+from ipcount.source.options import SourceOptions, parse_options
+from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
+
+T0 = 1_767_225_600_000  # a window boundary
+SKEW = 300_000
+N = 400
+
+
+def _topic_with(bootstrap: str, values: list[bytes]) -> str:
+    name = f"clean-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient(with_client_logging({"bootstrap.servers": bootstrap}))
+    for fut in admin.create_topics([NewTopic(name, 1, 1)]).values():
+        fut.result(timeout=30)
+    producer = Producer(with_client_logging({"bootstrap.servers": bootstrap, "linger.ms": 5}))
+    for value in values:
+        producer.produce(name, value=value, partition=0)
+    assert producer.flush(30) == 0
+    return name
+
+
+class _Fetched:
+    """Counts the records the read tasks fetch from Kafka (the real read underneath)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.records = 0
+        self.reads = 0
+        real = combiner_task.read_messages
+
+        def counting(options: SourceOptions, rng: OffsetRange) -> Iterator[list[Message]]:
+            self.reads += 1
+            for msgs in real(options, rng):
+                self.records += len(msgs)
+                yield msgs
+
+        monkeypatch.setattr(combiner_task, "read_messages", counting)
+
+
+def _reader(bootstrap: str, topic: str, output: str, tmp: Path) -> KafkaStreamReader:
+    counts_ckpt = str(tmp / "counts")
+    options = {
+        "subscribe": topic,
+        "kafka.bootstrap.servers": bootstrap,
+        "eventTimeFormat": "nginx-combined",
+        "output": output,
+        "maxFutureSkewMs": str(SKEW),
+    }
+    if output == "counts":
+        options.update(queryCheckpoint=counts_ckpt, cleanRangeMarkers="true")
+    else:
+        options.update(queryCheckpoint=str(tmp / "dead-letter"), countsCheckpoint=counts_ckpt)
+    return KafkaStreamReader(parse_options(options))
+
+
+def _read(reader: KafkaStreamReader, rng: OffsetRange, batch_ms: int) -> list[dict]:
+    batches = list(reader.read(KafkaInputPartition(rng, None, T0, batch_ms)))
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
+
+
+def _markers(tmp: Path) -> list[Path]:
+    root = tmp / "counts" / "clean-ranges"
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def test_a_clean_range_is_not_fetched_again_by_the_dead_letter_task(
+    bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = [format_record(f"10.0.0.{i % 5}", T0 + i * 10).encode() for i in range(N)]
+    topic = _topic_with(bootstrap, good)
+    fetched = _Fetched(monkeypatch)
+    whole = OffsetRange(topic, 0, 0, N)
+    batch_ms = T0 + 60_000
+
+    counting = _reader(bootstrap, topic, "counts", tmp_path)
+    counts = _read(counting, whole, batch_ms)
+    assert sum(r["count"] for r in counts if r["kind"] == "counted") == N
+    assert fetched.records == N
+    assert len(_markers(tmp_path)) == 1
+    # The counting query's batch ends (Spark keeps its offset log entry): the marker stays.
+    (tmp_path / "counts" / "offsets").mkdir()
+    end = json.dumps(SourceOffset({(topic, 0): N}).to_json())
+    (tmp_path / "counts" / "offsets" / "0").write_text(
+        f'v1\n{{"batchTimestampMs": {batch_ms}}}\n{end}'
+    )
+    counting.commit(SourceOffset({(topic, 0): N}).to_json())
+    assert len(_markers(tmp_path)) == 1
+
+    rejects = _reader(bootstrap, topic, "rejects", tmp_path)
+    # Another split, or another batch time, never uses the marker: read and judged as before.
+    assert _read(rejects, OffsetRange(topic, 0, 0, N // 2), batch_ms) == []
+    assert fetched.records == N + N // 2
+    assert _read(rejects, whole, batch_ms + 1) == []
+    assert fetched.records == 2 * N + N // 2
+    assert len(_markers(tmp_path)) == 1
+
+    # Exactly the counted range, judged by the same batch time: nothing fetched, marker used up.
+    reads = fetched.reads
+    assert _read(rejects, whole, batch_ms) == []
+    assert (fetched.records, fetched.reads) == (2 * N + N // 2, reads)
+    assert _markers(tmp_path) == []
+
+    # The marker is gone: a replay of that task reads the range again (and still finds nothing).
+    assert _read(rejects, whole, batch_ms) == []
+    assert fetched.records == 3 * N + N // 2
+
+
+def test_a_range_with_rejects_leaves_no_marker_and_its_dead_letters_are_produced(
+    bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_ms = T0 + 60_000
+    good = [format_record(f"10.0.0.{i % 5}", T0 + i * 10).encode() for i in range(N)]
+    future = format_record("10.0.0.9", batch_ms + SKEW + 1_000).encode()
+    values = good[:100] + [b"junk"] + good[100:] + [future]
+    topic = _topic_with(bootstrap, values)
+    fetched = _Fetched(monkeypatch)
+    whole = OffsetRange(topic, 0, 0, len(values))
+
+    counts = _read(_reader(bootstrap, topic, "counts", tmp_path), whole, batch_ms)
+    assert {r["kind"]: r["count"] for r in counts if r["kind"] != "counted"} == {
+        "malformed": 1,
+        "future": 1,
+    }
+    assert _markers(tmp_path) == []
+
+    rejects = _read(_reader(bootstrap, topic, "rejects", tmp_path), whole, batch_ms)
+    assert [(r["offset"], r["reason"]) for r in rejects] == [
+        (100, "malformed: not a valid nginx combined-format line"),
+        (N + 1, "future: event time more than 300 s ahead of its batch time"),
+    ]
+    assert fetched.records == 2 * len(values)
+
+
+def test_no_markers_without_the_option_or_on_a_remote_checkpoint(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    good = [format_record("10.0.0.1", T0 + i).encode() for i in range(10)]
+    topic = _topic_with(bootstrap, good)
+    base = {
+        "subscribe": topic,
+        "kafka.bootstrap.servers": bootstrap,
+        "eventTimeFormat": "nginx-combined",
+        "output": "counts",
+    }
+    task = KafkaInputPartition(OffsetRange(topic, 0, 0, 10), None, T0, T0 + 60_000)
+    off = {**base, "queryCheckpoint": str(tmp_path / "counts")}
+    assert list(KafkaStreamReader(parse_options(off)).read(task))
+    remote = {**base, "queryCheckpoint": "s3a://bucket/ckpt", "cleanRangeMarkers": "true"}
+    assert list(KafkaStreamReader(parse_options(remote)).read(task))
+    assert _markers(tmp_path) == []

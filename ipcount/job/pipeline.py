@@ -39,21 +39,29 @@ logger = logging.getLogger(__name__)
 class JobQueries:
     """The running queries of one job: the counts query and, when enabled, the dead-letter query.
 
-    The dead-letter query judges records by the counting query's batches. Under AvailableNow it
-    can only start once the counting query has planned its last batch: it is then `pending` until
-    `advance()` sees the counting query end."""
+    The dead-letter query judges records by the counting query's batches, so it is `pending`
+    until `advance()` sees the counting query end (AvailableNow: only then has that query planned
+    its last batch) or, in a live run (`live`), finish its first micro-batch: the dead-letter
+    query's start-up (its own Python planner and writer processes) then no longer competes with
+    the counting query's first batch, and it has nothing to follow before that batch anyway."""
 
     counts: StreamingQuery
     dead_letter: StreamingQuery | None = None
     pending: Callable[[], StreamingQuery] | None = None
+    live: bool = False
 
     def all(self) -> list[StreamingQuery]:
         return [q for q in (self.counts, self.dead_letter) if q is not None]
 
     def advance(self) -> bool:
-        """Start the pending dead-letter query once the counting query ended cleanly; True when
-        it was started."""
-        if self.pending is None or self.counts.isActive or self.counts.exception() is not None:
+        """Start the pending dead-letter query once the counting query ended cleanly (or, `live`,
+        finished a micro-batch while running); True when it was started."""
+        if self.pending is None:
+            return False
+        if self.live:
+            if not self.counts.isActive or self.counts.lastProgress is None:
+                return False
+        elif self.counts.isActive or self.counts.exception() is not None:
             return False
         start, self.pending = self.pending, None
         self.dead_letter = start()
@@ -241,10 +249,7 @@ def start_job(
                 spark, settings, checkpoint, checkpoint + "-dead-letter", available_now, new_query
             )
 
-        if available_now:
-            queries.pending = dead_letter
-        else:
-            queries.dead_letter = dead_letter()
+        queries.pending, queries.live = dead_letter, not available_now
     return queries
 
 

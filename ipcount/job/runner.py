@@ -76,7 +76,10 @@ def _wait(queries: JobQueries, watch: _Watch) -> StreamingQueryException | None:
             if not q.isActive and q.exception() is not None:
                 return q.exception()
         if queries.advance():
-            logger.info("the counting query is done: the dead-letter query follows its batches")
+            logger.info(
+                "the counting query %s: the dead-letter query follows its batches",
+                "finished its first micro-batch" if queries.live else "is done",
+            )
         active = [q for q in queries.all() if q.isActive]
         if not active:
             return None

@@ -5,17 +5,14 @@ nothing; any other range (rejects, another split, another batch time) is read an
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Message
 
 from ipcount.formats.accesslog import format_record
-from ipcount.kafka.client import with_client_logging
 from ipcount.source import combiner_task
 from ipcount.source.offsets import OffsetRange, SourceOffset
 from ipcount.source.options import SourceOptions, parse_options
@@ -24,18 +21,6 @@ from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
 T0 = 1_767_225_600_000  # a window boundary
 SKEW = 300_000
 N = 400
-
-
-def _topic_with(bootstrap: str, values: list[bytes]) -> str:
-    name = f"clean-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient(with_client_logging({"bootstrap.servers": bootstrap}))
-    for fut in admin.create_topics([NewTopic(name, 1, 1)]).values():
-        fut.result(timeout=30)
-    producer = Producer(with_client_logging({"bootstrap.servers": bootstrap, "linger.ms": 5}))
-    for value in values:
-        producer.produce(name, value=value, partition=0)
-    assert producer.flush(30) == 0
-    return name
 
 
 class _Fetched:
@@ -82,10 +67,13 @@ def _markers(tmp: Path) -> list[Path]:
 
 
 def test_a_clean_range_is_not_fetched_again_by_the_dead_letter_task(
-    bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bootstrap: str,
+    topic_with: Callable[[list[bytes]], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     good = [format_record(f"10.0.0.{i % 5}", T0 + i * 10).encode() for i in range(N)]
-    topic = _topic_with(bootstrap, good)
+    topic = topic_with(good)
     fetched = _Fetched(monkeypatch)
     whole = OffsetRange(topic, 0, 0, N)
     batch_ms = T0 + 60_000
@@ -124,13 +112,16 @@ def test_a_clean_range_is_not_fetched_again_by_the_dead_letter_task(
 
 
 def test_a_range_with_rejects_leaves_no_marker_and_its_dead_letters_are_produced(
-    bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bootstrap: str,
+    topic_with: Callable[[list[bytes]], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     batch_ms = T0 + 60_000
     good = [format_record(f"10.0.0.{i % 5}", T0 + i * 10).encode() for i in range(N)]
     future = format_record("10.0.0.9", batch_ms + SKEW + 1_000).encode()
     values = good[:100] + [b"junk"] + good[100:] + [future]
-    topic = _topic_with(bootstrap, values)
+    topic = topic_with(values)
     fetched = _Fetched(monkeypatch)
     whole = OffsetRange(topic, 0, 0, len(values))
 
@@ -150,10 +141,10 @@ def test_a_range_with_rejects_leaves_no_marker_and_its_dead_letters_are_produced
 
 
 def test_no_markers_without_the_option_or_on_a_remote_checkpoint(
-    bootstrap: str, tmp_path: Path
+    bootstrap: str, topic_with: Callable[[list[bytes]], str], tmp_path: Path
 ) -> None:
     good = [format_record("10.0.0.1", T0 + i).encode() for i in range(10)]
-    topic = _topic_with(bootstrap, good)
+    topic = topic_with(good)
     base = {
         "subscribe": topic,
         "kafka.bootstrap.servers": bootstrap,

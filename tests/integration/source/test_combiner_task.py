@@ -3,32 +3,17 @@
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from ipcount.formats.accesslog import format_record
-from ipcount.kafka.client import with_client_logging
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import parse_options
 from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
 
 T0 = 1_767_225_600_000  # a window boundary
 SKEW = 300_000
-
-
-def _topic_with(bootstrap: str, values: list[bytes]) -> str:
-    name = f"comb-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient(with_client_logging({"bootstrap.servers": bootstrap}))
-    for fut in admin.create_topics([NewTopic(name, 1, 1)]).values():
-        fut.result(timeout=30)
-    producer = Producer(with_client_logging({"bootstrap.servers": bootstrap, "linger.ms": 5}))
-    for value in values:
-        producer.produce(name, value=value, partition=0)
-    assert producer.flush(30) == 0
-    return name
 
 
 def _read(bootstrap: str, topic: str, output: str, n: int) -> pa.Table:
@@ -50,11 +35,13 @@ def _read(bootstrap: str, topic: str, output: str, n: int) -> pa.Table:
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
-def test_a_task_reads_its_range_and_hands_spark_partial_counts_and_rejects(bootstrap: str) -> None:
+def test_a_task_reads_its_range_and_hands_spark_partial_counts_and_rejects(
+    bootstrap: str, topic_with: Callable[[list[bytes]], str]
+) -> None:
     good = [format_record(f"10.0.0.{i % 3}", T0 + (i % 20) * 1_000).encode() for i in range(600)]
     bad = [b"junk", format_record("10.0.0.9", T0 + 60_000 + SKEW + 1_000).encode()]
     values = good[:300] + bad[:1] + good[300:] + bad[1:]
-    topic = _topic_with(bootstrap, values)
+    topic = topic_with(values)
 
     counts = _read(bootstrap, topic, "counts", len(values))
     assert counts.equals(_read(bootstrap, topic, "counts", len(values)))  # a replay: same rows

@@ -121,7 +121,7 @@ class JobSettings:
     trigger_interval_seconds: float = 1.0
     checkpoint_location: str = ".ipcount/checkpoints/ipcount"
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int = 500_000
+    max_offsets_per_trigger: int = 10_000_000
     min_partitions: int = 0
     max_records_per_partition: int = 0
     fail_on_data_loss: bool = True
@@ -191,6 +191,9 @@ class SparkSettings:
     # 'rocksdb' or 'hdfs' (Spark's default in-memory/HDFS-backed provider).
     state_store: str = "rocksdb"
     driver_memory: str = "2g"
+    # The driver JVM ipcount launches maps Spark's classes from a class-data-sharing archive,
+    # written by the first run that exits normally (see conf/ipcount.toml).
+    jvm_class_archive: bool = True
     conf: dict[str, str] = field(default_factory=dict)
 
 
@@ -326,7 +329,7 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
     if s.job.max_offsets_per_trigger < 1:
         fail("job", "max_offsets_per_trigger", "must be at least 1")
     if s.job.min_partitions < 0:
-        fail("job", "min_partitions", "must be 0 (one task per partition) or positive")
+        fail("job", "min_partitions", "must be 0 (auto: twice the cores) or positive")
     if s.job.max_records_per_partition < 0:
         fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
     if s.sink.transaction_timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:

@@ -3,7 +3,9 @@ count per IP -> the transactional sink, and the dead-letter query beside it."""
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -14,6 +16,7 @@ from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
 from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.topics import missing_topics
+from ipcount.observe.progress import summarize_progress
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS
 from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.start_check import check_sink_history
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobQueries",
+    "Prepared",
+    "prepare_start",
     "build_counts",
     "preflight",
     "start_job",
@@ -35,31 +40,48 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+# A live run's dead-letter query starts once the counting query has caught up with its source
+# (a micro-batch that read no new records) or this long after that query's first micro-batch.
+DEAD_LETTER_START_SECONDS = 30.0
+
+
 @dataclass
 class JobQueries:
     """The running queries of one job: the counts query and, when enabled, the dead-letter query.
 
     The dead-letter query judges records by the counting query's batches, so it is `pending`
     until `advance()` sees the counting query end (AvailableNow: only then has that query planned
-    its last batch) or, in a live run (`live`), finish its first micro-batch: the dead-letter
-    query's start-up (its own Python planner and writer processes) then no longer competes with
-    the counting query's first batch, and it has nothing to follow before that batch anyway."""
+    its last batch) or, in a live run (`live`), catch up with its source: a micro-batch that read
+    no new records, or DEAD_LETTER_START_SECONDS after its first micro-batch under steady load.
+    Its start-up (a sink history check, its own Python planner and writer processes, ~2 CPU-s)
+    then no longer competes with the counting query's first batches, which carry a backlog's
+    results; it has nothing to follow before them anyway, and it catches up with them at once
+    (their clean ranges cost it no reads)."""
 
     counts: StreamingQuery
     dead_letter: StreamingQuery | None = None
     pending: Callable[[], StreamingQuery] | None = None
     live: bool = False
+    first_batch_at: float | None = None
 
     def all(self) -> list[StreamingQuery]:
         return [q for q in (self.counts, self.dead_letter) if q is not None]
 
-    def advance(self) -> bool:
+    def advance(self, now: float | None = None) -> bool:
         """Start the pending dead-letter query once the counting query ended cleanly (or, `live`,
-        finished a micro-batch while running); True when it was started."""
+        caught up while running); True when it was started. `now`: time.monotonic()."""
         if self.pending is None:
             return False
         if self.live:
-            if not self.counts.isActive or self.counts.lastProgress is None:
+            progress = self.counts.lastProgress
+            if not self.counts.isActive or progress is None:
+                return False
+            now = time.monotonic() if now is None else now
+            if self.first_batch_at is None:
+                self.first_batch_at = now
+            # lastProgress holds Rows where summarize_progress reads JSON: go through its JSON.
+            caught_up = summarize_progress(json.loads(progress.json))["records"] == 0
+            if not caught_up and now - self.first_batch_at < DEAD_LETTER_START_SECONDS:
                 return False
         elif self.counts.isActive or self.counts.exception() is not None:
             return False
@@ -172,25 +194,26 @@ def _trigger(writer: DataStreamWriter, settings: Settings, available_now: bool) 
     return writer.trigger(processingTime=f"{_ms(interval)} milliseconds")
 
 
-def start_job(
-    spark: SparkSession,
-    settings: Settings,
-    *,
-    available_now: bool = False,
-    checked: bool = False,
-    close_all_windows: bool = False,
-    new_query: bool = False,
-) -> JobQueries:
-    """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
-    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window;
-    `new_query`: this checkpoint is new and the sink holds another query's output: start where
-    that output ends (see sink.history).
+@dataclass(frozen=True)
+class Prepared:
+    """What the counting query needs from Kafka before it starts (see `prepare_start`)."""
+
+    query_id: str
+    settings: Settings
+    run_id: str
+
+
+def prepare_start(
+    settings: Settings, *, spark: SparkSession | None = None, new_query: bool = False
+) -> Prepared:
+    """The Kafka side of a start, which needs no Spark for a local checkpoint (the job runs it
+    while Spark starts): the queries' ids from their checkpoints, fencing the predecessors'
+    transactions, and the sink history check of the counting query (`new_query`: see
+    sink.history).
 
     Raises:
         SinkHistoryError: the checkpoint and the sink's history disagree.
     """
-    if not checked:
-        preflight(settings)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id = checkpoint_query_id(spark, checkpoint)
     # A predecessor killed inside a transaction would hold the progress topic's read_committed
@@ -207,11 +230,39 @@ def start_job(
     settings, run_id = check_sink_history(
         settings, query_id, checkpoint, settings.topics.sink, new_query
     )
+    return Prepared(query_id, settings, run_id)
+
+
+def start_job(
+    spark: SparkSession,
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    checked: bool = False,
+    close_all_windows: bool = False,
+    new_query: bool = False,
+    prepared: Prepared | None = None,
+) -> JobQueries:
+    """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
+    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window;
+    `new_query`: this checkpoint is new and the sink holds another query's output: start where
+    that output ends (see sink.history); `prepared`: `prepare_start` already ran for this start.
+
+    Raises:
+        SinkHistoryError: the checkpoint and the sink's history disagree.
+    """
+    if not checked:
+        preflight(settings)
+    if prepared is None:
+        prepared = prepare_start(settings, spark=spark, new_query=new_query)
+    checkpoint = settings.job.checkpoint_location.rstrip("/")
+    query_id, settings, run_id = prepared.query_id, prepared.settings, prepared.run_id
     corrections = settings.job.late_corrections
     opts = source_options(
         settings,
         close_all_windows=close_all_windows,
         query_checkpoint=absolute_location(checkpoint),
+        cores=spark.sparkContext.defaultParallelism,
     )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
     counts = build_counts(_observe_quality(source), settings)
@@ -276,6 +327,7 @@ def _start_dead_letter(
         heartbeats=False,
         query_checkpoint=absolute_location(checkpoint),
         counts_checkpoint=absolute_location(counts_checkpoint),
+        cores=spark.sparkContext.defaultParallelism,
     )
     bad = spark.readStream.format("ipcount-kafka").options(**opts).load()
     # A dead letter must be writable whatever the source held (a record near the broker's size

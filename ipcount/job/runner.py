@@ -7,11 +7,13 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ipcount.checkpoint.offset_log import local_path
 from ipcount.config import Settings
-from ipcount.job.pipeline import JobQueries, preflight, start_job
+from ipcount.job.pipeline import JobQueries, Prepared, preflight, prepare_start, start_job
 
 __all__ = ["run_job", "is_fatal", "short_error"]
 
@@ -78,7 +80,7 @@ def _wait(queries: JobQueries, watch: _Watch) -> StreamingQueryException | None:
         if queries.advance():
             logger.info(
                 "the counting query %s: the dead-letter query follows its batches",
-                "finished its first micro-batch" if queries.live else "is done",
+                "caught up with its source" if queries.live else "is done",
             )
         active = [q for q in queries.all() if q.isActive]
         if not active:
@@ -153,10 +155,10 @@ def _run(
     close_all_windows: bool,
     new_query: bool,
 ) -> int:
-    from ipcount.job.session import build_session
+    from ipcount.job.jvm_archive import finish_training
     from ipcount.observe.progress import ProgressLogger
 
-    session = spark if spark is not None else build_session(settings)
+    session, prepared = _session(settings, spark, new_query)
     listeners: list[StreamingQueryListener] = [ProgressLogger()]
     if observed is not None:
         listeners.append(observed.listener)
@@ -175,6 +177,8 @@ def _run(
             metrics.stopping()
 
     def _start() -> JobQueries:
+        nonlocal prepared
+        ahead, prepared = prepared, None
         return start_job(
             session,
             settings,
@@ -182,6 +186,7 @@ def _run(
             checked=True,
             close_all_windows=close_all_windows,
             new_query=new_query and watch.restarts == 0,
+            prepared=ahead,
         )
 
     def _remove_listeners() -> None:
@@ -216,7 +221,30 @@ def _run(
         _remove_listeners()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if spark is None:
+        finish_training(session)
     return 1 if failed else 0
+
+
+def _session(
+    settings: Settings, spark: SparkSession | None, new_query: bool
+) -> tuple[SparkSession, Prepared | None]:
+    """The Spark session and, when this process starts Spark and the checkpoint is local, the
+    start's Kafka side (`prepare_start`: fencing, the sink history check), done in a thread
+    while the JVM and the session start: the two take seconds each and need nothing of each
+    other."""
+    from ipcount.job.session import build_session
+    from ipcount.job.warmup import warm_python_workers
+
+    if spark is not None:
+        return spark, None
+    if local_path(settings.job.checkpoint_location) is None:
+        return build_session(settings, train_archive=True), None
+    with ThreadPoolExecutor(1, thread_name_prefix="ipcount-prepare") as pool:
+        ahead = pool.submit(prepare_start, settings, new_query=new_query)
+        session = build_session(settings, train_archive=True)
+        warm_python_workers(session)
+        return session, ahead.result()
 
 
 def _restart_allowed(

@@ -176,7 +176,25 @@ def _launched_conf() -> dict[str, str]:
     return dict(SparkConf().getAll())
 
 
-def build_session(settings: Settings, extra: Mapping[str, str] | None = None) -> SparkSession:
+def _use_archive(conf: dict[str, str], found: Path | None, train: bool) -> None:
+    """Launch the JVM with its class-data-sharing archive (job.jvm_archive), or `train` it."""
+    from ipcount.job.jvm_archive import plan_archive, started
+
+    home = os.environ.get("SPARK_HOME")
+    key = "spark.driver.extraJavaOptions"
+    archive = plan_archive(Path(home), conf.get(key, ""), train=train) if home else None
+    if archive is None:
+        return
+    log4j = found / "log4j2.properties" if found is not None else None
+    options = archive.java_options(log4j if log4j is not None and log4j.is_file() else None)
+    os.environ["SPARK_CONF_DIR"] = str(archive.conf_dir)
+    conf[key] = f"{conf.get(key, '')} {options}".strip()
+    started(archive)
+
+
+def build_session(
+    settings: Settings, extra: Mapping[str, str] | None = None, *, train_archive: bool = False
+) -> SparkSession:
     """Get or create the SparkSession with ipcount's settings and its data sources registered.
 
     Under spark-submit the master and the driver JVM's settings come from spark-submit; otherwise
@@ -186,6 +204,8 @@ def build_session(settings: Settings, extra: Mapping[str, str] | None = None) ->
     Args:
         settings: ipcount settings ([spark] section is used).
         extra: further Spark settings (tests, benchmarks); they win over everything.
+        train_archive: with spark.jvm_class_archive on and no archive yet, this JVM writes one
+            when it exits; the caller ends it with jvm_archive.finish_training (`ipcount run`).
     """
     from pyspark.sql import SparkSession
 
@@ -200,6 +220,7 @@ def build_session(settings: Settings, extra: Mapping[str, str] | None = None) ->
     pin_process_group()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     launched = _launched_conf() if launched_by_spark_submit() else None
+    found, chosen_conf_dir = None, True
     if launched is None:
         master = settings.spark.master
         builder = builder.master(master)
@@ -208,6 +229,7 @@ def build_session(settings: Settings, extra: Mapping[str, str] | None = None) ->
         if master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         found = conf_dir()
+        chosen_conf_dir = "SPARK_CONF_DIR" in os.environ
         if found is not None:
             os.environ.setdefault("SPARK_CONF_DIR", str(found))
         if "SPARK_HOME" not in os.environ:
@@ -224,7 +246,10 @@ def build_session(settings: Settings, extra: Mapping[str, str] | None = None) ->
                 settings.spark.master,
             )
         _check_py_files(launched)
-    for key, value in session_conf(settings, extra, launched).items():
+    conf = session_conf(settings, extra, launched)
+    if launched is None and settings.spark.jvm_class_archive and not chosen_conf_dir:
+        _use_archive(conf, found, train_archive)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if launched is not None:
@@ -267,6 +292,7 @@ def register_data_sources(spark: SparkSession) -> None:
     for module_name, class_name in (
         ("ipcount.source.reader", "KafkaDataSource"),
         ("ipcount.sink.writer", "KafkaTxnDataSource"),
+        ("ipcount.job.warmup", "WarmupDataSource"),
     ):
         try:
             module = importlib.import_module(module_name)

@@ -42,6 +42,8 @@ _IDLE_BACKOFF_MAX = 1.0
 # While idle, each look for new records fetches for this long only (records already on the
 # broker come back within milliseconds), so the spinning is a few % of the back-off.
 _IDLE_FETCH_SECONDS = 0.05
+# read_to_end's consume() timeout: it re-checks the positions after each.
+_READ_TO_END_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -333,7 +335,10 @@ class TopicReader:
         deadline = time.monotonic() + deadline_seconds
         pending = {p for p, (low, high) in marks.items() if high > low}
         while pending:
-            yield from self.poll()
+            # consume() waits its whole timeout unless max_records arrive: a short one, so a small
+            # topic (the progress markers every start and first commit read) ends at its end,
+            # not 0.5 s later.
+            yield from self.poll(timeout=_READ_TO_END_POLL_SECONDS)
             pos = self.positions()
             pending = {p for p in pending if pos.get(p, -1) < ends[p]}
             if pending and time.monotonic() > deadline:

@@ -222,7 +222,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
 
 
 _COLUMNS = (
-    ("cell", 18), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 7), ("shuf", 4), ("store", 7),
+    ("cell", 18), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 8), ("shuf", 4), ("store", 7),
     ("batch", 5), ("S", 6), ("ev/s", 7), ("sust/s", 6), ("results", 8), ("start", 5),
     ("first", 5), ("visible", 7),
     ("map", 5), ("reduce", 6), ("driver", 6), ("st.upd", 6), ("st.rm", 5), ("st.cmt", 6),

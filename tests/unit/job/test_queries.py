@@ -1,11 +1,16 @@
-"""When the dead-letter query starts: after the counting query's first micro-batch in a live run,
-after the counting query's end under AvailableNow, never after a failure or a stop."""
+"""When the dead-letter query starts: in a live run once the counting query has caught up with its
+source (or ran a while under steady load), under AvailableNow after the counting query's end,
+never after a failure or a stop."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from ipcount.job.pipeline import JobQueries
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+from ipcount.job.pipeline import DEAD_LETTER_START_SECONDS, JobQueries
+from ipcount.queries import QUALITY_METRICS
 
 
 class _Counts:
@@ -13,7 +18,7 @@ class _Counts:
 
     def __init__(self) -> None:
         self.isActive = True  # noqa: N815 - Spark's name
-        self.lastProgress: dict[str, Any] | None = None  # noqa: N815
+        self.lastProgress: Any = None  # noqa: N815
         self.error: str | None = None
 
     def exception(self) -> str | None:
@@ -30,19 +35,50 @@ def _queries(counts: _Counts, *, live: bool) -> tuple[JobQueries, list[str]]:
     return JobQueries(counts, pending=start, live=live), started  # type: ignore[arg-type]
 
 
-def test_a_live_run_starts_it_once_the_counting_query_finished_a_micro_batch() -> None:
+def _batch(batch_id: int, records: int) -> StreamingQueryProgress:
+    """A progress as StreamingQuery.lastProgress gives it (observed metrics as Rows)."""
+    return StreamingQueryProgress.fromJson(
+        {
+            "id": str(uuid.UUID(int=1)),
+            "runId": str(uuid.UUID(int=2)),
+            "name": "ipcount",
+            "timestamp": "2026-11-26T08:00:00.000Z",
+            "batchId": batch_id,
+            "batchDuration": 1000,
+            "stateOperators": [],
+            "sources": [],
+            "sink": {"description": "ipcount-kafka-txn", "numOutputRows": 0},
+            "numInputRows": records,
+            "observedMetrics": {QUALITY_METRICS: {"records": records, "heartbeats": 0}},
+        }
+    )
+
+
+def test_a_live_run_starts_it_once_the_counting_query_read_no_new_records() -> None:
     counts = _Counts()
     queries, started = _queries(counts, live=True)
-    assert not queries.advance() and started == []  # its first batch still runs
-    counts.lastProgress = {"batchId": 0}
-    assert queries.advance() and queries.dead_letter == "dead-letter query"
-    assert not queries.advance() and started == ["dead-letter"]  # once
+    assert not queries.advance(now=0.0) and started == []  # its first batch still runs
+    counts.lastProgress = _batch(0, 1_000_096)  # a backlog: its results come first
+    assert not queries.advance(now=1.0) and started == []
+    counts.lastProgress = _batch(1, 0)  # caught up (the batch that emits the backlog's windows)
+    assert queries.advance(now=2.0) and queries.dead_letter == "dead-letter query"
+    assert not queries.advance(now=3.0) and started == ["dead-letter"]  # once
+
+
+def test_a_live_run_under_steady_load_starts_it_a_while_after_the_first_batch() -> None:
+    counts = _Counts()
+    queries, started = _queries(counts, live=True)
+    counts.lastProgress = _batch(0, 20_000)
+    assert not queries.advance(now=100.0)
+    counts.lastProgress = _batch(7, 20_000)  # every batch reads records
+    assert not queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS - 1)
+    assert queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS) and started == ["dead-letter"]
 
 
 def test_a_live_run_stopped_or_failed_before_a_batch_never_starts_it() -> None:
     counts = _Counts()
     queries, started = _queries(counts, live=True)
-    counts.isActive, counts.lastProgress = False, {"batchId": 0}
+    counts.isActive, counts.lastProgress = False, _batch(0, 0)
     assert not queries.advance()
     counts.error = "SourceError: broker went away"
     assert not queries.advance() and started == [] and queries.dead_letter is None
@@ -51,7 +87,7 @@ def test_a_live_run_stopped_or_failed_before_a_batch_never_starts_it() -> None:
 def test_available_now_starts_it_only_once_the_counting_query_ended_cleanly() -> None:
     counts = _Counts()
     queries, started = _queries(counts, live=False)
-    counts.lastProgress = {"batchId": 0}
+    counts.lastProgress = _batch(0, 0)
     assert not queries.advance()  # it may still plan batches to follow
     counts.isActive = False
     assert queries.advance() and started == ["dead-letter"]

@@ -109,6 +109,13 @@ def test_consumer_configs_default_and_override() -> None:
     assert "isolation.level" not in admin and "group.id" not in admin
 
 
+def test_read_tasks_fetch_ahead_of_their_chunks_unless_told_otherwise() -> None:
+    # librdkafka's default (100k queued messages) stalls the fetcher in every 50k-record chunk.
+    assert parse_options(BASE).consumer_conf("executor")["queued.min.messages"] == "1000000"
+    mine = parse_options({**BASE, "kafka.queued.min.messages": "5000"})
+    assert mine.consumer_conf("executor")["queued.min.messages"] == "5000"
+
+
 def test_arrow_schema_matches_what_spark_expects() -> None:
     # Spark rejects batches whose Arrow schema differs (DATA_SOURCE_RETURN_SCHEMA_MISMATCH).
     assert RECORDS_ARROW_SCHEMA.equals(to_arrow_schema(SCHEMA, timezone="UTC"))
@@ -209,6 +216,25 @@ def test_the_jobs_source_options_parse_back_to_its_settings() -> None:
     assert opts.fail_on_data_loss is job.fail_on_data_loss
     assert opts.late_corrections is job.late_corrections
     assert opts.broker_quirks == "none"
+
+
+def test_by_default_a_batch_gets_twice_as_many_read_tasks_as_spark_has_cores() -> None:
+    from ipcount.config import load_settings
+    from ipcount.source.options import source_options
+
+    settings = load_settings(None, env={}, overrides=["kafka.broker_quirks=none"])
+    assert settings.job.min_partitions == 0  # auto
+    assert (
+        parse_options(source_options(settings, cores=2, query_checkpoint="/q")).min_partitions == 4
+    )
+    assert (
+        parse_options(source_options(settings, cores=8, query_checkpoint="/q")).min_partitions == 16
+    )
+    # Unknown cores: one task per partition, as Spark's Kafka source does.
+    assert parse_options(source_options(settings, query_checkpoint="/q")).min_partitions is None
+    # A setting wins over the cores.
+    one = settings.replace("job", min_partitions=1)
+    assert parse_options(source_options(one, cores=2, query_checkpoint="/q")).min_partitions == 1
 
 
 def test_an_unset_option_takes_its_one_default() -> None:

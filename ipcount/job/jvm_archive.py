@@ -1,0 +1,149 @@
+"""A class-data-sharing archive for the driver JVM that ipcount launches: Spark's classes mapped
+from one file instead of found, read and verified in ~280 jars at every start."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ipcount.job.spark_home import cache_root
+
+__all__ = ["JvmArchive", "plan_archive", "finish_training"]
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+# The JVM's own CDS messages (a class it cannot archive, an archive made for another class path
+# that it then ignores) are not the user's business: sharing is an optimisation, never an error.
+_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# How long a training run's JVM may take to write the archive when it exits (measured: ~8 s).
+_DUMP_SECONDS = 120.0
+_STALE_SECONDS = 3600.0
+
+_training: JvmArchive | None = None
+
+
+@dataclass(frozen=True)
+class JvmArchive:
+    """Where the archive for one JVM, class path and set of JVM options lives, and whether this
+    start uses it or writes it (`training`: the archive does not exist yet)."""
+
+    path: Path
+    # SPARK_CONF_DIR for the launch: Spark puts it on the class path, and the JVM refuses to
+    # archive a class path with a non-empty directory. ipcount reads spark-defaults.conf itself
+    # (session_conf) and names log4j2.properties with a system property instead.
+    conf_dir: Path
+    training: bool
+
+    @property
+    def partial(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.tmp{os.getpid()}")
+
+    def java_options(self, log4j: Path | None) -> str:
+        """The options this start adds to spark.driver.extraJavaOptions."""
+        opts = [
+            f"-XX:ArchiveClassesAtExit={self.partial}"
+            if self.training
+            else f"-XX:SharedArchiveFile={self.path}",
+            _QUIET,
+        ]
+        if log4j is not None:
+            opts.append(f"-Dlog4j.configurationFile=file:{log4j}")
+        return " ".join(opts)
+
+
+def _java() -> Path | None:
+    home = os.environ.get("JAVA_HOME")
+    found = Path(home) / "bin" / "java" if home else None
+    if found is None or not found.is_file():
+        which = shutil.which("java")
+        found = Path(which) if which else None
+    return found.resolve() if found is not None else None
+
+
+def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArchive | None:
+    """The archive for a JVM launched from `spark_home` with `java_options`, or None: no java on
+    the PATH, no jars, a cache that cannot be written, or no archive yet and `train` is False.
+
+    The archive's name is a digest of the java binary, the jars and the options, so a JVM or
+    Spark upgrade makes a new one (and the JVM itself ignores an archive whose class path does
+    not match, silently with the options used here)."""
+    java, jars = _java(), spark_home / "jars"
+    if java is None or not jars.is_dir():
+        return None
+    try:
+        digest = hashlib.sha256()
+        stat = java.stat()
+        digest.update(f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{java_options}".encode())
+        for jar in sorted(jars.iterdir()):
+            digest.update(f"|{jar.name}:{jar.stat().st_size}".encode())
+        root = cache_root() / "jvm-archive"
+        conf_dir = root / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        if any(conf_dir.iterdir()):
+            logger.debug("%s is not empty: no JVM class archive", conf_dir)
+            return None
+    except OSError as exc:
+        logger.debug("no JVM class archive: %s", exc)
+        return None
+    path = root / f"spark-{digest.hexdigest()[:16]}.jsa"
+    if path.is_file():
+        return JvmArchive(path, conf_dir, training=False)
+    if not train:
+        return None
+    _remove_stale(root)
+    return JvmArchive(path, conf_dir, training=True)
+
+
+def _remove_stale(root: Path) -> None:
+    """Partial archives of training runs that were killed while their JVM wrote (hours old)."""
+    cutoff = time.time() - _STALE_SECONDS
+    for partial in root.glob("spark-*.jsa.tmp*"):
+        try:
+            if partial.stat().st_mtime < cutoff:
+                partial.unlink()
+        except OSError:
+            pass
+
+
+def started(archive: JvmArchive) -> None:
+    """Remember a training start: `finish_training` completes it."""
+    global _training
+    _training = archive if archive.training else None
+
+
+def finish_training(spark: SparkSession) -> None:
+    """After the first run with no archive: stop Spark and let its JVM exit normally, which is
+    when it writes the archive, then move the archive into place for the next start. Costs that
+    one run a few seconds more at exit; a run killed instead simply leaves no archive."""
+    global _training
+    archive, _training = _training, None
+    if archive is None:
+        return
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    spark.stop()
+    if proc is None or proc.stdin is None:
+        return
+    logger.info("writing the JVM class archive %s for faster starts (once)", archive.path)
+    try:
+        proc.stdin.close()  # the JVM exits normally when its stdin closes
+        proc.wait(_DUMP_SECONDS)
+    except Exception as exc:  # noqa: BLE001 - an optimisation: the next run tries again
+        logger.debug("the JVM did not exit to write its class archive: %s", exc)
+        return
+    partial = archive.partial
+    if partial.is_file() and partial.stat().st_size > 0 and proc.returncode == 0:
+        os.replace(partial, archive.path)
+    else:
+        partial.unlink(missing_ok=True)

@@ -1,0 +1,89 @@
+"""Which class-data-sharing archive the driver JVM gets: one per java binary, Spark jars and JVM
+options; written only by a start that will let its JVM exit normally (`ipcount run`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ipcount.job.jvm_archive import plan_archive
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    jdk = tmp_path / "jdk" / "bin"
+    jdk.mkdir(parents=True)
+    (jdk / "java").write_bytes(b"a java")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    spark = tmp_path / "spark"
+    (spark / "jars").mkdir(parents=True)
+    for name in ("spark-core.jar", "spark-sql.jar"):
+        (spark / "jars" / name).write_bytes(b"classes")
+    return spark
+
+
+def test_only_a_training_start_writes_an_archive_the_next_starts_use(home: Path) -> None:
+    assert plan_archive(home, "-XX:TieredStopAtLevel=1", train=False) is None
+    first = plan_archive(home, "-XX:TieredStopAtLevel=1", train=True)
+    assert first is not None and first.training
+    opts = first.java_options(None)
+    # The JVM writes a partial file of its own; the run moves it into place once it is whole.
+    assert f"-XX:ArchiveClassesAtExit={first.partial}" in opts and first.partial != first.path
+    assert "-Xlog:cds=off" in opts
+    first.path.write_bytes(b"archive")
+    again = plan_archive(home, "-XX:TieredStopAtLevel=1", train=True)
+    assert again is not None and not again.training and again.path == first.path
+    log4j = Path("/etc/ipcount/log4j2.properties")
+    opts = again.java_options(log4j)
+    assert f"-XX:SharedArchiveFile={first.path}" in opts
+    assert f"-Dlog4j.configurationFile=file:{log4j}" in opts
+    # Spark puts SPARK_CONF_DIR on the class path; the JVM archives no non-empty directory.
+    assert again.conf_dir.is_dir() and not any(again.conf_dir.iterdir())
+
+
+def test_another_jvm_jar_set_or_options_get_another_archive(home: Path) -> None:
+    def path() -> Path:
+        planned = plan_archive(home, options, train=True)
+        assert planned is not None
+        return planned.path
+
+    options = "-XX:TieredStopAtLevel=1"
+    base = path()
+    (home / "jars" / "kafka-clients.jar").write_bytes(b"more classes")
+    with_jar = path()
+    options = "-XX:TieredStopAtLevel=1 -Xmx4g"
+    with_options = path()
+    java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+    java.write_bytes(b"another java, upgraded")
+    with_java = path()
+    assert len({base, with_jar, with_options, with_java}) == 4
+
+
+def test_no_archive_when_its_conf_dir_holds_files_or_there_is_no_java(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planned = plan_archive(home, "", train=True)
+    assert planned is not None
+    (planned.conf_dir / "spark-env.sh").write_text("export X=1\n")
+    assert plan_archive(home, "", train=True) is None
+    (planned.conf_dir / "spark-env.sh").unlink()
+    monkeypatch.setenv("JAVA_HOME", str(home / "nowhere"))
+    monkeypatch.setenv("PATH", str(home / "nowhere"))
+    assert plan_archive(home, "", train=True) is None
+
+
+def test_a_training_start_removes_partial_archives_of_killed_runs(home: Path) -> None:
+    planned = plan_archive(home, "", train=True)
+    assert planned is not None
+    old = planned.path.with_name(planned.path.name + ".tmp4242")
+    fresh = planned.path.with_name(planned.path.name + ".tmp4343")
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"being written")
+    hours_ago = time.time() - 3 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+    plan_archive(home, "", train=True)
+    assert not old.exists() and fresh.exists()

@@ -18,6 +18,7 @@ from ipcount.kafka.client import describe_kafka_error, with_client_logging
 from ipcount.kafka.quirks import BrokerQuirks, broker_quirks
 
 __all__ = [
+    "partition_offsets",
     "ISOLATION_LEVELS",
     "SinkRecord",
     "TopicReader",
@@ -175,31 +176,7 @@ class TopicReader:
             probe.close()
 
     def _offsets(self, probe: Consumer, partition: int) -> tuple[int, int]:
-        """(low, high) of one partition as `probe`'s isolation sees it; retries for a moment while
-        a new topic's leader is not yet known everywhere (Apache Kafka answers
-        NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE for a moment after CreateTopics).
-
-        Raises:
-            BrokerError: the offsets could not be queried within the reader's timeout.
-        """
-        tp = TopicPartition(self.topic, partition)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                left = max(0.1, deadline - time.monotonic())
-                low, high = probe.get_watermark_offsets(tp, timeout=left, cached=False)
-                return low, high
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                passing = isinstance(err, KafkaError) and (
-                    err.retriable() or err.code() in _LEADER_MOVING
-                )
-                if not passing or time.monotonic() > deadline:
-                    raise BrokerError(
-                        f"cannot query the end of {self.topic}[{partition}]: "
-                        f"{describe_kafka_error(exc)}"
-                    ) from exc
-                time.sleep(0.1)
+        return partition_offsets(probe, self.topic, partition, self.timeout)
 
     def ends(self) -> dict[int, int]:
         """Per partition, the end this reader may read to now: under read_committed the last
@@ -391,3 +368,33 @@ def decode_records(
             yield rec, codec.decode(rec.value)  # type: ignore[arg-type]
         except DecodeError as exc:
             raise DecodeError(f"{rec.where}: {exc}") from exc
+
+
+def partition_offsets(
+    probe: Consumer, topic: str, partition: int, timeout: float
+) -> tuple[int, int]:
+    """(low, high) of one partition as `probe`'s isolation sees it (read_committed: high is the
+    last stable offset); retries for a moment while a new topic's leader is not yet known
+    everywhere (Apache Kafka answers NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE for a moment
+    after CreateTopics).
+
+    Raises:
+        BrokerError: the offsets could not be queried within `timeout` seconds.
+    """
+    tp = TopicPartition(topic, partition)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            left = max(0.1, deadline - time.monotonic())
+            low, high = probe.get_watermark_offsets(tp, timeout=left, cached=False)
+            return low, high
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            passing = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _LEADER_MOVING
+            )
+            if not passing or time.monotonic() > deadline:
+                raise BrokerError(
+                    f"cannot query the end of {topic}[{partition}]: {describe_kafka_error(exc)}"
+                ) from exc
+            time.sleep(0.1)

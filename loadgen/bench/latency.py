@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from ipcount.childproc import Child, spawn
 from ipcount.errors import ConfigError, IpcountError
-from ipcount.kafka.topic_reader import consumer_conf
+from ipcount.kafka.topic_reader import consumer_conf, partition_offsets
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
@@ -99,9 +99,8 @@ class CommitWatcher:
         ends = {}
         for p, pos in self._next.items():
             # read_committed: the last stable offset, i.e. what a read_committed reader can see.
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=10, cached=False
-            )
+            # A new sink topic's leader may be unknown for a moment: partition_offsets retries.
+            _, high = partition_offsets(consumer, self.topic, p, 10.0)
             if high > pos:
                 ends[p] = high
         if not ends:
@@ -109,7 +108,10 @@ class CommitWatcher:
         consumer.assign([TopicPartition(self.topic, p, self._next[p]) for p in ends])
         try:
             while ends:
-                msgs = consumer.consume(10_000, 0.5)
+                # consume() waits out its timeout unless 10k records arrive, and a record's
+                # arrival is stamped after it returns: a short one, or latency reads up to 0.5 s
+                # high.
+                msgs = consumer.consume(10_000, 0.05)
                 now_ms = int(time.time() * 1000)
                 for m in msgs:
                     if m.error() is not None:

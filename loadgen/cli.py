@@ -136,6 +136,7 @@ def _run_synth(args: argparse.Namespace, settings: Settings) -> int:
         seed=args.seed,
         window_ms=int(settings.job.window_seconds * 1000),
         watermark_delay_seconds=settings.job.watermark_delay_seconds,
+        late_corrections=settings.job.late_corrections,
         max_record_bytes=settings.job.max_record_bytes,
     )
     spec.validate()

@@ -69,6 +69,8 @@ class SynthSpec:
     seed: int | None = None
     window_ms: int = 5000
     watermark_delay_seconds: float = 5.0
+    # job.late_corrections: records behind the watermark become corrections instead of drops.
+    late_corrections: bool = False
     max_record_bytes: int = MAX_RECORD_BYTES
 
     def validate(self) -> None:
@@ -84,13 +86,17 @@ class SynthSpec:
                 f"--jitter-seconds must be zero or positive, got {self.jitter_seconds}"
             )
         # Event times have second precision, so a jitter of j s can put a record ceil(j) s behind
-        # the newest one; that must stay inside the watermark delay or Spark drops it.
-        if math.ceil(self.jitter_seconds) >= self.watermark_delay_seconds:
+        # the newest one; that must stay inside the watermark delay or Spark drops it, unless
+        # late corrections count it (a short delay, e.g. the low-latency profile's 0).
+        if (
+            not self.late_corrections
+            and math.ceil(self.jitter_seconds) >= self.watermark_delay_seconds
+        ):
             raise ConfigError(
                 f"--jitter-seconds {self.jitter_seconds:g} (rounded up to whole seconds) must be "
-                f"below job.watermark_delay_seconds ({self.watermark_delay_seconds:g}), or "
-                "jittered records would fall behind the watermark; lower the jitter or raise "
-                "the delay"
+                f"below job.watermark_delay_seconds ({self.watermark_delay_seconds:g}) with "
+                "job.late_corrections off, or jittered records would fall behind the watermark "
+                "and be dropped; lower the jitter, raise the delay or turn late corrections on"
             )
         for name, value in (("late", self.late_fraction), ("malformed", self.malformed_fraction)):
             if not 0.0 <= value <= 1.0:

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 # A live run's dead-letter query starts once the counting query has caught up with its source
-# (a micro-batch that read no new records) or this long after that query's first micro-batch.
+# or this long after that query's first micro-batch (a source it never catches up with).
 DEAD_LETTER_START_SECONDS = 30.0
 
 
@@ -52,8 +52,9 @@ class JobQueries:
     The dead-letter query judges records by the counting query's batches, so it is `pending`
     until `advance()` sees the counting query end (AvailableNow: only then has that query planned
     its last batch) or, in a live run (`live`), catch up with its source: a micro-batch that read
-    no new records, or DEAD_LETTER_START_SECONDS after its first micro-batch under steady load.
-    Its start-up (a sink history check, its own Python planner and writer processes, ~2 CPU-s)
+    no new records, or a micro-batch after its first that left nothing behind (lag 0; the first
+    batch's watermark is applied by the one after it), or DEAD_LETTER_START_SECONDS after its
+    first micro-batch if neither comes. Its start-up (a sink history check, its own Python planner and writer processes, ~2 CPU-s)
     then no longer competes with the counting query's first batches, which carry a backlog's
     results; it has nothing to follow before them anyway, and it catches up with them at once
     (their clean ranges cost it no reads)."""
@@ -80,7 +81,8 @@ class JobQueries:
             if self.first_batch_at is None:
                 self.first_batch_at = now
             # lastProgress holds Rows where summarize_progress reads JSON: go through its JSON.
-            caught_up = summarize_progress(json.loads(progress.json))["records"] == 0
+            done = summarize_progress(json.loads(progress.json))
+            caught_up = done["records"] == 0 or (done["lag"] == 0 and (done["batch"] or 0) >= 1)
             if not caught_up and now - self.first_batch_at < DEAD_LETTER_START_SECONDS:
                 return False
         elif self.counts.isActive or self.counts.exception() is not None:

@@ -35,7 +35,7 @@ def _queries(counts: _Counts, *, live: bool) -> tuple[JobQueries, list[str]]:
     return JobQueries(counts, pending=start, live=live), started  # type: ignore[arg-type]
 
 
-def _batch(batch_id: int, records: int) -> StreamingQueryProgress:
+def _batch(batch_id: int, records: int, lag: int = 0) -> StreamingQueryProgress:
     """A progress as StreamingQuery.lastProgress gives it (observed metrics as Rows)."""
     return StreamingQueryProgress.fromJson(
         {
@@ -46,7 +46,18 @@ def _batch(batch_id: int, records: int) -> StreamingQueryProgress:
             "batchId": batch_id,
             "batchDuration": 1000,
             "stateOperators": [],
-            "sources": [],
+            "sources": [
+                {
+                    "description": "ipcount-kafka",
+                    "startOffset": None,
+                    "endOffset": {"offsets": {"access": {"0": 1_000 * batch_id}}},
+                    "latestOffset": {"lag": {"access": {"0": lag}}},
+                    "numInputRows": records,
+                    "inputRowsPerSecond": 0.0,
+                    "processedRowsPerSecond": 0.0,
+                    "metrics": {},
+                }
+            ],
             "sink": {"description": "ipcount-kafka-txn", "numOutputRows": 0},
             "numInputRows": records,
             "observedMetrics": {QUALITY_METRICS: {"records": records, "heartbeats": 0}},
@@ -65,12 +76,21 @@ def test_a_live_run_starts_it_once_the_counting_query_read_no_new_records() -> N
     assert not queries.advance(now=3.0) and started == ["dead-letter"]  # once
 
 
-def test_a_live_run_under_steady_load_starts_it_a_while_after_the_first_batch() -> None:
+def test_a_live_run_under_steady_load_starts_it_once_a_batch_left_nothing_behind() -> None:
     counts = _Counts()
     queries, started = _queries(counts, live=True)
-    counts.lastProgress = _batch(0, 20_000)
+    counts.lastProgress = _batch(0, 500_000, lag=0)  # a backlog, read whole: applied next batch
     assert not queries.advance(now=100.0)
-    counts.lastProgress = _batch(7, 20_000)  # every batch reads records
+    counts.lastProgress = _batch(1, 20_000, lag=0)  # steady traffic, read as it comes
+    assert queries.advance(now=101.0) and started == ["dead-letter"]
+
+
+def test_a_source_never_caught_up_with_gets_it_a_while_after_the_first_batch() -> None:
+    counts = _Counts()
+    queries, started = _queries(counts, live=True)
+    counts.lastProgress = _batch(0, 10_000_000, lag=40_000_000)
+    assert not queries.advance(now=100.0)
+    counts.lastProgress = _batch(7, 10_000_000, lag=5_000_000)  # every batch leaves records
     assert not queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS - 1)
     assert queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS) and started == ["dead-letter"]
 

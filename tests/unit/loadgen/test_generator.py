@@ -207,6 +207,13 @@ def test_jitter_just_inside_the_delay_is_allowed() -> None:
     SynthSpec(jitter_seconds=0.0, watermark_delay_seconds=0.5).validate()
 
 
+def test_jitter_past_the_delay_needs_late_corrections() -> None:
+    # The low-latency profile: no watermark delay, out-of-order records counted as corrections.
+    with pytest.raises(ConfigError, match="turn late corrections on"):
+        SynthSpec(jitter_seconds=2.0, watermark_delay_seconds=0.0).validate()
+    SynthSpec(jitter_seconds=2.0, watermark_delay_seconds=0.0, late_corrections=True).validate()
+
+
 def test_parse_start() -> None:
     assert parse_start("1795341600000") == START
     assert parse_start("2026-11-22T10:00:00Z") == START

@@ -54,10 +54,10 @@ class JobQueries:
     its last batch) or, in a live run (`live`), catch up with its source: a micro-batch that read
     no new records, or a micro-batch after its first that left nothing behind (lag 0; the first
     batch's watermark is applied by the one after it), or DEAD_LETTER_START_SECONDS after its
-    first micro-batch if neither comes. Its start-up (a sink history check, its own Python planner and writer processes, ~2 CPU-s)
-    then no longer competes with the counting query's first batches, which carry a backlog's
-    results; it has nothing to follow before them anyway, and it catches up with them at once
-    (their clean ranges cost it no reads)."""
+    first micro-batch if neither comes. Its start-up (a sink history check, its own Python
+    planner and writer processes, ~2 CPU-s) then no longer competes with the counting query's
+    first batches, which carry a backlog's results; it has nothing to follow before them anyway,
+    and it catches up with them at once (their clean ranges cost it no reads)."""
 
     counts: StreamingQuery
     dead_letter: StreamingQuery | None = None

@@ -129,10 +129,16 @@ def test_missing_topic_fails_with_a_clear_message(settings: Settings) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_jitter_beyond_the_watermark_is_refused(settings: Settings) -> None:
-    proc = _synth(settings, ["--count", "10", "--jitter-seconds", "5"])
+def test_jitter_beyond_the_watermark_is_refused_when_late_records_would_be_dropped(
+    settings: Settings,
+) -> None:
+    # With late corrections on (the default) such records become corrections: see the unit test.
+    proc = _synth(
+        settings, ["--count", "10", "--jitter-seconds", "5"], "job.late_corrections=false"
+    )
     assert proc.returncode == 1
     assert "job.watermark_delay_seconds" in proc.stderr
+    assert "turn late corrections on" in proc.stderr
 
 
 def test_sigterm_flushes_and_writes_the_ledger(settings: Settings, tmp_path: Path) -> None:

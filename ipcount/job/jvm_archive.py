@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ipcount.job.spark_home import cache_root
+from ipcount.hostpaths import cache_root, find_java
 
 __all__ = ["JvmArchive", "plan_archive", "finish_training"]
 
@@ -60,15 +59,6 @@ class JvmArchive:
         return " ".join(opts)
 
 
-def _java() -> Path | None:
-    home = os.environ.get("JAVA_HOME")
-    found = Path(home) / "bin" / "java" if home else None
-    if found is None or not found.is_file():
-        which = shutil.which("java")
-        found = Path(which) if which else None
-    return found.resolve() if found is not None else None
-
-
 def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArchive | None:
     """The archive for a JVM launched from `spark_home` with `java_options`, or None: no java on
     the PATH, no jars, a cache that cannot be written, or no archive yet and `train` is False.
@@ -76,7 +66,8 @@ def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArch
     The archive's name is a digest of the java binary, the jars and the options, so a JVM or
     Spark upgrade makes a new one (and the JVM itself ignores an archive whose class path does
     not match, silently with the options used here)."""
-    java, jars = _java(), spark_home / "jars"
+    java, jars = find_java(), spark_home / "jars"
+    java = java.resolve() if java is not None else None
     if java is None or not jars.is_dir():
         return None
     try:

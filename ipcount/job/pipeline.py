@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.txn_config import default_transactional_id
 from ipcount.sink.writer import sink_options
 from ipcount.source.options import source_options
+from ipcount.source.pacing import tick_seconds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,6 +66,8 @@ class JobQueries:
     pending: Callable[[], StreamingQuery] | None = None
     live: bool = False
     first_batch_at: float | None = None
+    # Why the dead-letter query was started (for the log): what the counting query had done.
+    started_because: str = ""
 
     def all(self) -> list[StreamingQuery]:
         return [q for q in (self.counts, self.dead_letter) if q is not None]
@@ -85,8 +89,15 @@ class JobQueries:
             caught_up = done["records"] == 0 or (done["lag"] == 0 and (done["batch"] or 0) >= 1)
             if not caught_up and now - self.first_batch_at < DEAD_LETTER_START_SECONDS:
                 return False
+            self.started_because = (
+                "caught up with its source"
+                if caught_up
+                else f"has run {DEAD_LETTER_START_SECONDS:g} s without catching up"
+            )
         elif self.counts.isActive or self.counts.exception() is not None:
             return False
+        else:
+            self.started_because = "is done"
         start, self.pending = self.pending, None
         self.dead_letter = start()
         return True
@@ -107,28 +118,38 @@ def build_counts(combined: DataFrame, settings: Settings) -> DataFrame:
     """Watermark and count per (5 s window, ip, late) over the source's combined rows
     (output=counts: the read tasks already counted their records per window, client and late).
 
-    A counted row's `event_time` is the newest event time among its records, so the watermark is
-    the true maximum event time. A late row (its window's result already emitted) rides on the
-    batch's `late_before` instead: that window ends after `late_before`, so Spark keeps the row;
-    it is counted under its own window (`window_start`) and leaves as a correction (late=true)
-    with the first window that closes after it arrived.
+    A counted row's `event_time` is the newest event time among its records, so the watermark
+    follows the true maximum event time. A late row (its window's result already emitted) rides
+    on the batch's `late_before` instead: that window ends after `late_before`, so Spark keeps
+    the row; it is counted under its own window (`window_start`) and leaves as a correction
+    (late=true) with the first window that closes after it arrived.
 
     Heartbeat rows must reach `withWatermark`: a filter that drops them would be pushed below it
     (it does not reference the event-time column) and the watermark would never see them. So they
     are kept through the aggregation, counted as 0, and the zero-count groups dropped after it.
     The malformed / future tallies never reach a window or the watermark.
+
+    The watermark moves in steps of gcd(window, delay) (the event time it is taken from is cut
+    down to that step, inside the row's own window): a window still closes exactly when the
+    newest event time passes its end plus the delay, but Spark, which runs one more batch
+    whenever the watermark moves, runs it only where a window may close (by default once per
+    5 s window, not once per second of event time).
     """
     from pyspark.sql import functions as F
 
     window_ms = _ms(settings.job.window_seconds)
+    delay_ms = _ms(settings.job.watermark_delay_seconds)
     window = f"{window_ms} milliseconds"
-    delay = f"{_ms(settings.job.watermark_delay_seconds)} milliseconds"
+    delay = f"{delay_ms} milliseconds"
+    step_ms = math.gcd(window_ms, delay_ms)
+    event_ms = F.unix_millis(F.col("event_time"))
     # The state's key is (window, window_start_ms, ip, late), as before the combiner existed:
     # checkpoints written by earlier versions keep working.
     counted = (
         combined.where(F.col("kind").isin("counted", "heartbeat"))
         .withColumn("window_start_ms", F.unix_millis(F.col("window_start")))
         .withColumn("late", F.coalesce(F.col("late"), F.lit(False)))
+        .withColumn("event_time", F.timestamp_millis(event_ms - event_ms % F.lit(step_ms)))
         .withWatermark("event_time", delay)
         .groupBy(
             F.window("event_time", window), F.col("window_start_ms"), F.col("ip"), F.col("late")
@@ -189,10 +210,16 @@ def preflight(settings: Settings) -> None:
     )
 
 
-def _trigger(writer: DataStreamWriter, settings: Settings, available_now: bool) -> DataStreamWriter:
+def _trigger(
+    writer: DataStreamWriter, settings: Settings, available_now: bool, paced: bool = False
+) -> DataStreamWriter:
+    """`paced`: the query's source admits records once per job.trigger_interval_seconds itself
+    (source.pacing), so Spark's trigger ticks at a fraction of it."""
     if available_now:
         return writer.trigger(availableNow=True)
     interval = settings.job.trigger_interval_seconds
+    if paced and interval > 0:
+        interval = tick_seconds(interval)
     return writer.trigger(processingTime=f"{_ms(interval)} milliseconds")
 
 
@@ -265,6 +292,7 @@ def start_job(
         close_all_windows=close_all_windows,
         query_checkpoint=absolute_location(checkpoint),
         cores=spark.sparkContext.defaultParallelism,
+        batch_interval_ms=0 if available_now else _ms(settings.job.trigger_interval_seconds),
     )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
     counts = build_counts(_observe_quality(source), settings)
@@ -285,7 +313,7 @@ def start_job(
             )
         )
     )
-    counts_query = _trigger(writer, settings, available_now).start()
+    counts_query = _trigger(writer, settings, available_now, paced=True).start()
     logger.info(
         "started query %s (id %s) %s -> %s, checkpoint %s",
         COUNTS_QUERY,

@@ -80,7 +80,7 @@ def _wait(queries: JobQueries, watch: _Watch) -> StreamingQueryException | None:
         if queries.advance():
             logger.info(
                 "the counting query %s: the dead-letter query follows its batches",
-                "caught up with its source" if queries.live else "is done",
+                queries.started_because,
             )
         active = [q for q in queries.all() if q.isActive]
         if not active:

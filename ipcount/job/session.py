@@ -80,6 +80,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # `loadgen bench --scaling`: JVM CPU 23.1 -> 13.7 s per 1M records, S 20.4 -> 18.3 s).
         "spark.driver.extraJavaOptions": JVM_OPTIONS,
         "spark.ui.showConsoleProgress": "false",
+        # Local checkpoints without Hadoop's .crc side files: every batch writes its offset and
+        # commit log entries and each state partition's changelog through these, and the
+        # checksummed file systems write and rename each file twice. Measured at 20k records/s:
+        # offset log 40 -> 22 ms, commit log 45 -> 25 ms, state commit 75 -> 40 ms per batch.
+        # Renames stay atomic; neither variant fsyncs.
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
     }
     conf.update(s.conf)
     return conf

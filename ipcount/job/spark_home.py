@@ -9,15 +9,11 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["launch_spark_home", "cache_root"]
+from ipcount.hostpaths import cache_root
+
+__all__ = ["launch_spark_home"]
 
 logger = logging.getLogger(__name__)
-
-
-def cache_root() -> Path:
-    """Where ipcount keeps built things: $XDG_CACHE_HOME/ipcount (default ~/.cache/ipcount)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ipcount"
 
 
 def _build(home: Path, target: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ipcount.childproc import spawn
 from ipcount.errors import BrokerError
+from ipcount.hostpaths import cache_root, find_java
 
 __all__ = ["JARS_ENV", "KAFKA_VERSION", "RESOLVER_ENV", "java_executable", "kafka_classpath"]
 
@@ -95,10 +96,7 @@ def java_executable() -> str:
     Raises:
         BrokerError: no Java on this machine (the message says how to install it).
     """
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
+    found = find_java()
     if found is None:
         raise BrokerError(
             "the Apache Kafka broker (broker.kind = 'kafka') needs Java 17 or newer and there is "
@@ -106,12 +104,7 @@ def java_executable() -> str:
             "openjdk-17-jre-headless`) or set JAVA_HOME to a JDK/JRE; broker.kind = 'noida-db' "
             "needs nothing but pip"
         )
-    return found
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ipcount"
+    return str(found)
 
 
 def kafka_classpath(version: str = KAFKA_VERSION) -> str:
@@ -132,7 +125,7 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
         if not any(libs.glob("kafka_2.13-*.jar")):
             raise BrokerError(f"{JARS_ENV}={override} holds no kafka_2.13-*.jar")
         return str(libs / "*")
-    home = _cache_root() / f"kafka-{version}"
+    home = cache_root() / f"kafka-{version}"
     libs = home / "libs"
     marker = libs / f"kafka_2.13-{version}.jar"
     if marker.is_file():

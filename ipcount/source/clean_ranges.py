@@ -16,7 +16,15 @@ from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.errors import SourceError
 from ipcount.source.offsets import OffsetRange, SourceOffset, TopicPartitionKey
 
-__all__ = ["MARKER_DIR", "is_clean", "mark_clean", "prune_passed", "prune_retired", "unmark"]
+__all__ = [
+    "MARKER_DIR",
+    "future_bound",
+    "is_clean",
+    "mark_clean",
+    "prune_passed",
+    "prune_retired",
+    "unmark",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +32,14 @@ logger = logging.getLogger(__name__)
 MARKER_DIR = "clean-ranges"
 # A temporary file older than this was left by a task that died between write and rename.
 _STALE_TMP_S = 600.0
+
+
+def future_bound(batch_ms: int | None, max_future_skew_ms: int) -> int | None:
+    """The event time after which a batch's records are future (None: no bound); part of a
+    marker's name, so a range judged by another bound is read again."""
+    if max_future_skew_ms > 0 and batch_ms is not None:
+        return batch_ms + max_future_skew_ms
+    return None
 
 
 def _root(checkpoint: str) -> Path | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from ipcount.formats.arrow_parse import ChunkParser
-from ipcount.source.clean_ranges import is_clean, mark_clean, unmark
+from ipcount.source.clean_ranges import future_bound, is_clean, mark_clean, unmark
 from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
@@ -27,7 +27,7 @@ def batch_rules(
     return BatchRules(
         window_ms=options.window_ms,
         max_future_skew_ms=skew,
-        future_after_ms=batch_ms + skew if skew > 0 and batch_ms is not None else None,
+        future_after_ms=future_bound(batch_ms, skew),
         late_before_ms=late_before_ms,
     )
 

@@ -4,8 +4,9 @@ offsets, so both queries give each record one verdict, through replays too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from ipcount.source.clean_ranges import future_bound, is_clean
 from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
@@ -15,7 +16,7 @@ from ipcount.source.offsets import (
     plan_ranges,
 )
 
-__all__ = ["CountsFollower", "plan_followed"]
+__all__ = ["CountsFollower", "plan_followed", "unread_clean"]
 
 # The most batches of the counting query one dead-letter batch follows (its tasks are cut at their
 # boundaries, so this bounds the tasks of a dead-letter query catching up).
@@ -81,3 +82,17 @@ def plan_followed(
         (rng, ts) for ts in sorted(batches) for rng in plan_ranges(*batches[ts], *split)
     ]
     return tasks + [(rng, None) for rng in plan_ranges(*rest, *split)]
+
+
+def unread_clean(
+    tasks: Sequence[tuple[OffsetRange, int | None]], counts_checkpoint: str, max_future_skew_ms: int
+) -> list[tuple[OffsetRange, int | None]]:
+    """The dead-letter tasks left once those a counting task marked clean (the same range, judged
+    by the same batch time) are dropped on the driver: they would read nothing, and each costs a
+    Python worker's start (~70 ms). A marker the driver does not see yet only costs a task that
+    finds it, or reads the range, with the same result."""
+    return [
+        (rng, judged)
+        for rng, judged in tasks
+        if not is_clean(counts_checkpoint, rng, future_bound(judged or None, max_future_skew_ms))
+    ]

@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 _TAIL_WINDOW = 16
 _TAIL_ATTEMPTS = 4
 _TAIL_TIMEOUT_S = 10.0
+# A pacing look at the tails waits in short polls (the records are there: the end is known) and
+# gives up soon; the batch interval then decides.
+_PEEK_POLL_S = 0.005
+_PEEK_TIMEOUT_S = 0.5
 _RETRIABLE_METADATA = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -235,6 +239,27 @@ class KafkaOffsetReader:
             window *= 16
         return best
 
+    def tail_event_ms(
+        self, ends: Mapping[TopicPartitionKey, int], now_ms: int | None = None
+    ) -> int | None:
+        """The newest trusted event time among the last few records before `ends` (per
+        partition), or None: a quick look for pacing (source.pacing), never a heartbeat's base;
+        an out-of-order tail may hide a newer event time."""
+        skew = self._options.max_future_skew_ms
+        self._newest_allowed = now_ms + skew if skew > 0 and now_ms is not None else None
+        pending = {tp: end for tp, end in ends.items() if end > 0}
+        if not pending:
+            return None
+        consumer = self._get_consumer()
+        consumer.assign(
+            [TopicPartition(t, p, max(0, end - _TAIL_WINDOW)) for (t, p), end in pending.items()]
+        )
+        try:
+            found = self._drain_tail(consumer, pending, _PEEK_POLL_S, _PEEK_TIMEOUT_S)
+        finally:
+            consumer.unassign()
+        return max(found.values(), default=None)
+
     def max_timestamp_offsets(
         self, ends: Mapping[TopicPartitionKey, int]
     ) -> dict[TopicPartitionKey, int]:
@@ -273,13 +298,17 @@ class KafkaOffsetReader:
         return ts
 
     def _drain_tail(
-        self, consumer: Consumer, ends: Mapping[TopicPartitionKey, int]
+        self,
+        consumer: Consumer,
+        ends: Mapping[TopicPartitionKey, int],
+        poll_s: float = CONSUME_TIMEOUT_S,
+        timeout_s: float = _TAIL_TIMEOUT_S,
     ) -> dict[TopicPartitionKey, int]:
         found: dict[TopicPartitionKey, int] = {}
         tps = [TopicPartition(t, p) for t, p in ends]
-        deadline = time.monotonic() + _TAIL_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for msg in consumer.consume(1000, CONSUME_TIMEOUT_S):
+            for msg in consumer.consume(1000, poll_s):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -299,8 +328,8 @@ class KafkaOffsetReader:
                 return found
         # Heartbeats are best effort: go on with what was found rather than fail the query.
         logger.warning(
-            "timed out after %gs reading the last records of %s; heartbeat time may lag",
-            _TAIL_TIMEOUT_S,
+            "timed out after %gs reading the last records of %s; event time may lag",
+            timeout_s,
             sorted(ends),
         )
         return found

@@ -26,6 +26,7 @@ __all__ = [
     "flush_heartbeat",
     "Verdicts",
     "follow_batches",
+    "lag_report",
 ]
 
 # (topic, partition)
@@ -332,3 +333,16 @@ def follow_batches(
         if bounds:
             verdicts[tp] = tuple(bounds)
     return capped, verdicts
+
+
+def lag_report(
+    latest: dict[TopicPartitionKey, int], end: dict[TopicPartitionKey, int]
+) -> dict[str, Any]:
+    """reportLatestOffset: the log end per partition and the lag left after the planned batch."""
+    offsets: dict[str, dict[str, int]] = {}
+    lag: dict[str, dict[str, int]] = {}
+    for topic, partition in sorted(latest):
+        offsets.setdefault(topic, {})[str(partition)] = latest[(topic, partition)]
+        behind = max(0, latest[(topic, partition)] - end.get((topic, partition), 0))
+        lag.setdefault(topic, {})[str(partition)] = behind
+    return {"offsets": offsets, "lag": lag, "totalLag": sum(sum(p.values()) for p in lag.values())}

@@ -81,6 +81,7 @@ class SourceOptions:
     starting_offsets: str | dict[TopicPartitionKey, int]
     kafka: dict[str, str] = field(repr=False)
     max_offsets_per_trigger: int | None
+    min_batch_interval_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
     fail_on_data_loss: bool
@@ -204,6 +205,10 @@ _OPTIONS = (
     # heartbeat base (0: no bound).
     _Option("maxFutureSkewMs", "max_future_skew_ms", "0", _integer(0)),
     _Option("maxOffsetsPerTrigger", "max_offsets_per_trigger", None, _integer(1)),
+    # New records enter a batch at most once per this many ms (0: at every trigger); the query's
+    # trigger may then tick more often, so a batch that only applies the watermark the previous
+    # one moved (and emits the windows it closed) runs right away. Never under Trigger.AvailableNow.
+    _Option("minBatchIntervalMs", "min_batch_interval_ms", "0", _integer(0)),
     _Option("minPartitions", "min_partitions", None, _integer(1)),
     _Option("maxRecordsPerPartition", "max_records_per_partition", None, _integer(1)),
     # A read task fails when its consumer makes no progress for this long.
@@ -314,6 +319,7 @@ def source_options(
     query_checkpoint: str = "",
     counts_checkpoint: str = "",
     cores: int = 0,
+    batch_interval_ms: int = 0,
 ) -> dict[str, str]:
     """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
 
@@ -325,6 +331,7 @@ def source_options(
     the dead letters follow, so that both queries give each record one verdict. `cores`: the
     cores Spark runs tasks on; job.min_partitions = 0 (auto) splits a batch into at least twice
     as many read tasks, so that every core stays busy however unevenly the partitions fill.
+    `batch_interval_ms`: admit new records at most this often (source.pacing; 0: every trigger).
     """
     job = settings.job
     window_ms, delay_ms = _ms(job.window_seconds), _ms(job.watermark_delay_seconds)
@@ -340,6 +347,7 @@ def source_options(
         "watermark_delay_ms": delay_ms,
         "starting_offsets": job.starting_offsets,
         "max_offsets_per_trigger": job.max_offsets_per_trigger,
+        "min_batch_interval_ms": batch_interval_ms or None,
         "fail_on_data_loss": job.fail_on_data_loss,
         "max_bytes_per_batch": job.max_bytes_per_batch,
         "min_partitions": job.min_partitions or 2 * cores or None,

@@ -4,9 +4,11 @@ plans micro-batches from Kafka offsets, executors read them (see KafkaDataSource
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from confluent_kafka import KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -18,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from ipcount.errors import SourceError
 from ipcount.source.clean_ranges import prune_passed, prune_retired
-from ipcount.source.follow import CountsFollower, plan_followed
+from ipcount.source.follow import CountsFollower, plan_followed, unread_clean
 from ipcount.source.heartbeats import HeartbeatPlanner
 from ipcount.source.offsets import (
     EARLIEST,
@@ -26,10 +28,12 @@ from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
     TopicPartitionKey,
+    lag_report,
     plan_ranges,
     spread_limit,
 )
 from ipcount.source.options import SourceOptions, parse_options
+from ipcount.source.pacing import Admission
 from ipcount.source.schema import SCHEMA, schema_for
 
 __all__ = ["SCHEMA", "KafkaDataSource", "KafkaStreamReader", "KafkaInputPartition"]
@@ -134,6 +138,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartitionKey, int] | None = None
         self._report: dict[str, Any] | None = None
         self._planner: HeartbeatPlanner | None = None
+        opts = self.options
+        self._admission = Admission(
+            opts.min_batch_interval_ms, opts.window_ms, opts.watermark_delay_ms, self._peek_tails
+        )
         self._follower = (
             CountsFollower(self.options.counts_checkpoint)
             if self.options.counts_checkpoint
@@ -217,9 +225,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end, verdicts = self._follower.follow(begin.offsets, end)
             # Batches before `start` are done: their unused clean-range markers go.
             prune_passed(self._follower.checkpoint, begin.offsets)
-        self._report = _lag_report(latest, end)
+        self._report = lag_report(latest, end)
         now = self._target is not None
         if any(end[tp] > begin.offsets.get(tp, 0) for tp in end):
+            if not now and not self._admission.admits(time.monotonic(), end):
+                # New records wait for the batch interval; Spark runs a batch now only if the
+                # watermark the last batch moved still has windows to emit.
+                self._report = lag_report(latest, begin.offsets)
+                return start
             self._heartbeats.records_read()
             flush = self._heartbeats.final_flush(end, available, now)
             return SourceOffset(end, flush, verdicts).to_json()
@@ -231,6 +244,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         logger.info("source idle: heartbeat %d at event time %d ms", heartbeat.seq, heartbeat.ts)
         return SourceOffset(begin.offsets, heartbeat).to_json()
+
+    def _peek_tails(self, end: dict[TopicPartitionKey, int]) -> int | None:
+        try:
+            newest: int | None = self._offsets.tail_event_ms(end, int(time.time() * 1000))
+            return newest
+        except (SourceError, KafkaException) as exc:  # a hint: the batch interval decides instead
+            logger.debug("no look at the tails for pacing: %s", exc)
+            return None
 
     def _check_data_loss(
         self,
@@ -295,11 +316,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         late_before, batch_ms = self._batch_marks(end)
         if finish.verdicts is not None:
             # Dead letters: each record judged at the time of the counting batch that read it.
+            followed = plan_followed(begin.offsets, finish.offsets, finish.verdicts, *split)
+            if self.options.counts_checkpoint:
+                skew = self.options.max_future_skew_ms
+                followed = unread_clean(followed, self.options.counts_checkpoint, skew)
             tasks = [
                 KafkaInputPartition(rng, None, late_before, judged or None)
-                for rng, judged in plan_followed(
-                    begin.offsets, finish.offsets, finish.verdicts, *split
-                )
+                for rng, judged in followed
             ]
         else:
             ranges = plan_ranges(begin.offsets, finish.offsets, *split)
@@ -368,16 +391,3 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield heartbeat_batch(topic, partition.heartbeat_ms, late_before)
         if partition.range is not None:
             yield from read_range(self.options, partition.range, late_before_ms=late_before)
-
-
-def _lag_report(
-    latest: dict[TopicPartitionKey, int], end: dict[TopicPartitionKey, int]
-) -> dict[str, Any]:
-    """reportLatestOffset: the log end per partition and the lag left after the planned batch."""
-    offsets: dict[str, dict[str, int]] = {}
-    lag: dict[str, dict[str, int]] = {}
-    for topic, partition in sorted(latest):
-        offsets.setdefault(topic, {})[str(partition)] = latest[(topic, partition)]
-        behind = max(0, latest[(topic, partition)] - end.get((topic, partition), 0))
-        lag.setdefault(topic, {})[str(partition)] = behind
-    return {"offsets": offsets, "lag": lag, "totalLag": sum(sum(p.values()) for p in lag.values())}

@@ -337,16 +337,21 @@ def _report(
     window: float,
     settle: float,
 ) -> list[str]:
-    floor = delay + trigger
+    floor = delay
+    pace = (
+        f"The source admits that record at once (it closes a window; other records wait for the "
+        f"{trigger:g}s batch interval) unless a batch is running"
+        if trigger > 0
+        else "The next trigger reads that record"
+    )
     lines = [
-        f"bench latency: floor = watermark delay {delay:g}s + trigger interval {trigger:g}s = "
-        f"{floor:g}s. A window [s, s+{window:g}) is final when the watermark (max event time - "
-        f"{delay:g}s) reaches its end, i.e. when a record stamped end+{delay:g}s arrives: "
-        f"{delay:g}s after the end at the earliest. The micro-batch that reads that record moves "
-        "the watermark; the next one (up to one trigger later) emits the window; add both "
-        "batches' processing and the sink's Kafka commit. Event time has 1 s precision (a record "
-        "carries its second, truncated): that shifts records into windows but does not move the "
-        "floor.",
+        f"bench latency: floor = watermark delay {delay:g}s. A window [s, s+{window:g}) is final "
+        f"when the watermark (max event time - {delay:g}s) reaches its end, i.e. when a record "
+        f"stamped end+{delay:g}s arrives: {delay:g}s after the end at the earliest. {pace}; the "
+        "micro-batch that reads it moves the watermark, the next one (right after it) emits the "
+        "window: add both batches' processing and the sink's Kafka commit. Event time has 1 s "
+        "precision (a record carries its second, truncated): that shifts records into windows "
+        "but does not move the floor.",
     ]
     progress = [
         (ev["at"], ev["progress"]) for ev in result.get("events", []) if ev["event"] == "progress"

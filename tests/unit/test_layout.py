@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
         "ipcount.worker_gc",
         "ipcount.logsetup",
         "ipcount.childproc",
+        "ipcount.hostpaths",
         "ipcount.observe.httpserve",
     },
     {"ipcount.config"},

@@ -157,3 +157,30 @@ def test_no_markers_without_the_option_or_on_a_remote_checkpoint(
     remote = {**base, "queryCheckpoint": "s3a://bucket/ckpt", "cleanRangeMarkers": "true"}
     assert list(KafkaStreamReader(parse_options(remote)).read(task))
     assert _markers(tmp_path) == []
+
+
+def test_the_dead_letter_planner_leaves_out_tasks_for_clean_ranges(
+    bootstrap: str,
+    topic_with: Callable[[list[bytes]], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver already sees the markers: a dead-letter batch whose every range is clean plans
+    no task at all (no Python worker is started to find nothing); other batch times still read."""
+    topic = topic_with([format_record("10.0.0.1", T0 + i * 10).encode() for i in range(N)])
+    batch_ms = T0 + 60_000
+    whole = OffsetRange(topic, 0, 0, N)
+    _read(_reader(bootstrap, topic, "counts", tmp_path), whole, batch_ms)
+    assert len(_markers(tmp_path)) == 1
+    rejects = _reader(bootstrap, topic, "rejects", tmp_path)
+    start = SourceOffset({(topic, 0): 0}).to_json()
+    for entry, judged in enumerate((batch_ms, batch_ms + 1)):
+        end = SourceOffset({(topic, 0): N}, None, {(topic, 0): ((N, judged),)}).to_json()
+        offsets = tmp_path / "dead-letter" / "offsets"
+        offsets.mkdir(parents=True, exist_ok=True)
+        (offsets / str(entry)).write_text(f'v1\n{{"batchTimestampMs": 1}}\n{json.dumps(end)}')
+        tasks = rejects.partitions(start, end)
+        if judged == batch_ms:
+            assert tasks == []
+        else:  # judged by another batch time: the marker does not apply
+            assert [(t.range, t.batch_ms) for t in tasks] == [(whole, judged)]

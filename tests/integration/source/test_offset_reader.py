@@ -101,6 +101,54 @@ def test_planning_limits_lag_report_and_available_now_target(bootstrap: str) -> 
         reader.stop()
 
 
+def test_min_batch_interval_holds_new_records_unless_they_close_a_window(bootstrap: str) -> None:
+    """A paced source admits records once per interval: what arrives sooner waits (the plan
+    returns its start, so Spark runs a batch only to apply the watermark the last one moved),
+    without starting the idle clock; except a record whose event time closes a window, which is
+    admitted at once. Trigger.AvailableNow is never paced."""
+    topic = _topic(bootstrap, 1)
+    _produce(bootstrap, topic, 0, 10)  # event times BASE_MS + 0..9 ms: window [BASE, BASE+5 s)
+    reader = _reader(
+        bootstrap,
+        topic,
+        startingOffsets="earliest",
+        minBatchIntervalMs="3000",
+        windowMs="5000",
+        idleTimeoutMs="1",
+        heartbeatIntervalMs="0",
+    )
+    try:
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, ReadAllAvailable())
+        admitted_at = time.monotonic()
+        assert first == _offsets(topic, p0=10)  # the first plan is never held
+        _produce(bootstrap, topic, 0, 5, first=10)
+        # Held, again and again within the interval, and not mistaken for idleness: no heartbeat.
+        for _ in range(3):
+            assert reader.latestOffset(first, ReadAllAvailable()) == first
+            time.sleep(0.1)
+        report = reader.reportLatestOffset()
+        assert report is not None and report["totalLag"] == 5
+        # BASE + 5 s closes the first window (watermark delay 0): admitted at once, with the
+        # records held before it.
+        _produce(bootstrap, topic, 0, 1, first=5_000)
+        closing = reader.latestOffset(first, ReadAllAvailable())
+        assert closing == _offsets(topic, p0=16)
+        # BASE + 5.001 s closes nothing more: held again.
+        _produce(bootstrap, topic, 0, 1, first=5_001)
+        assert reader.latestOffset(closing, ReadAllAvailable()) == closing
+        assert time.monotonic() - admitted_at < 2.5, "the machine was too slow for this test"
+        time.sleep(3.0)  # the interval, counted from the last admission (the closing one)
+        later = reader.latestOffset(closing, ReadAllAvailable())
+        assert later == _offsets(topic, p0=17)
+        # AvailableNow reads everything at once, however soon after the last admission.
+        _produce(bootstrap, topic, 0, 10, first=20)
+        reader.prepareForTriggerAvailableNow()
+        assert reader.latestOffset(later, ReadAllAvailable())["offsets"] == {topic: {"0": 27}}
+    finally:
+        reader.stop()
+
+
 def test_starting_offsets_json_and_missing_topic(bootstrap: str) -> None:
     topic = _topic(bootstrap, 2)
     _produce(bootstrap, topic, 0, 5)

@@ -73,6 +73,7 @@ def test_a_live_run_starts_it_once_the_counting_query_read_no_new_records() -> N
     assert not queries.advance(now=1.0) and started == []
     counts.lastProgress = _batch(1, 0)  # caught up (the batch that emits the backlog's windows)
     assert queries.advance(now=2.0) and queries.dead_letter == "dead-letter query"
+    assert queries.started_because == "caught up with its source"
     assert not queries.advance(now=3.0) and started == ["dead-letter"]  # once
 
 
@@ -93,6 +94,8 @@ def test_a_source_never_caught_up_with_gets_it_a_while_after_the_first_batch() -
     counts.lastProgress = _batch(7, 10_000_000, lag=5_000_000)  # every batch leaves records
     assert not queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS - 1)
     assert queries.advance(now=100.0 + DEAD_LETTER_START_SECONDS) and started == ["dead-letter"]
+    # Said as it is: not "caught up".
+    assert queries.started_because == "has run 30 s without catching up"
 
 
 def test_a_live_run_stopped_or_failed_before_a_batch_never_starts_it() -> None:
@@ -111,6 +114,7 @@ def test_available_now_starts_it_only_once_the_counting_query_ended_cleanly() ->
     assert not queries.advance()  # it may still plan batches to follow
     counts.isActive = False
     assert queries.advance() and started == ["dead-letter"]
+    assert queries.started_because == "is done"
     failed = _Counts()
     failed.isActive, failed.error = False, "boom"
     queries, started = _queries(failed, live=False)

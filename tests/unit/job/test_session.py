@@ -63,6 +63,8 @@ def test_spark_defaults_agrees_with_ipcount_settings() -> None:
         "spark.sql.execution.arrow.pyspark.enabled",
         "spark.python.worker.reuse",
         "spark.driver.memory",
+        "spark.hadoop.fs.file.impl",
+        "spark.hadoop.fs.AbstractFileSystem.file.impl",
     ):
         assert key in shared, key
     assert {k: defaults[k] for k in shared} == {k: ours[k] for k in shared}

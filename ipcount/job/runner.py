@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ipcount.checkpoint.offset_log import local_path
 from ipcount.config import Settings
-from ipcount.job.pipeline import JobQueries, Prepared, preflight, prepare_start, start_job
+from ipcount.job.pipeline import Prepared, preflight, prepare_start, start_job
+from ipcount.job.running import JobQueries
 
 __all__ = ["run_job", "is_fatal", "short_error"]
 

@@ -56,6 +56,7 @@ def plan_followed(
     verdicts: Verdicts,
     min_partitions: int | None,
     max_records_per_partition: int | None,
+    min_split_records: int | None = None,
 ) -> list[tuple[OffsetRange, int | None]]:
     """The dead-letter tasks of one batch, with the batch time that judges each: every followed
     counting batch split as that query split it (plan_ranges over that batch's own start and end),
@@ -77,7 +78,7 @@ def plan_followed(
                 break
         if pos < end[tp]:
             rest[0][tp], rest[1][tp] = pos, end[tp]
-    split = (min_partitions, max_records_per_partition)
+    split = (min_partitions, max_records_per_partition, min_split_records)
     tasks: list[tuple[OffsetRange, int | None]] = [
         (rng, ts) for ts in sorted(batches) for rng in plan_ranges(*batches[ts], *split)
     ]

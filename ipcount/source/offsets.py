@@ -217,12 +217,14 @@ def plan_ranges(
     end: Mapping[TopicPartitionKey, int],
     min_partitions: int | None = None,
     max_records_per_partition: int | None = None,
+    min_split_records: int | None = None,
 ) -> list[OffsetRange]:
     """The non-empty offset ranges between two offsets, split into read tasks.
 
     Like Spark's Kafka source: one task per topic partition, unless
     - min_partitions exceeds the number of ranges: a range then gets
-      max(1, round(size / total * min_partitions)) tasks;
+      max(1, round(size / total * min_partitions)) tasks, but with min_split_records none
+      smaller than that (a task's fixed cost outweighs what splitting a small range saves);
     - max_records_per_partition is set: a range gets at least ceil(size / max) tasks;
     whichever asks for more, never more tasks than records, sizes as even as possible.
     Partitions missing from `start` are new and start at 0; ranges whose end lies before their
@@ -243,6 +245,8 @@ def plan_ranges(
         if spread:
             # Round half up in integers: floor((2 * size * min + total) / (2 * total)).
             parts = max(1, (2 * r.size * spread + total) // (2 * total))
+            if min_split_records:
+                parts = max(1, min(parts, r.size // min_split_records))
         if max_records_per_partition:
             parts = max(parts, -(-r.size // max_records_per_partition))
         parts = min(parts, r.size)

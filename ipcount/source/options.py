@@ -84,6 +84,7 @@ class SourceOptions:
     min_batch_interval_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
+    min_split_records: int | None
     fail_on_data_loss: bool
     poll_timeout_ms: int
     idle_timeout_ms: int
@@ -211,6 +212,8 @@ _OPTIONS = (
     _Option("minBatchIntervalMs", "min_batch_interval_ms", "0", _integer(0)),
     _Option("minPartitions", "min_partitions", None, _integer(1)),
     _Option("maxRecordsPerPartition", "max_records_per_partition", None, _integer(1)),
+    # minPartitions splits no partition's range into parts smaller than this many records.
+    _Option("minSplitRecords", "min_split_records", None, _integer(1)),
     # A read task fails when its consumer makes no progress for this long.
     _Option("kafkaConsumer.pollTimeoutMs", "poll_timeout_ms", "120000", _integer(1)),
     # Idle heartbeats after this much wall-clock time without records (0: off).
@@ -301,6 +304,10 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     return SourceOptions(kafka=kafka, **values)
 
 
+# job.min_partitions = 0 (auto) splits a partition's range into parts of at least this many
+# records: below it a task's fixed cost (~60 ms: a Python worker's hand-over) outweighs the gain.
+AUTO_MIN_SPLIT_RECORDS = 50_000
+
 # Heartbeats stop once they pass the last event by window + delay + this much: enough for the
 # watermark to close every window, not so much that idle triggers run batches for ever.
 _HEARTBEAT_SLACK_MS = 1000
@@ -351,6 +358,9 @@ def source_options(
         "fail_on_data_loss": job.fail_on_data_loss,
         "max_bytes_per_batch": job.max_bytes_per_batch,
         "min_partitions": job.min_partitions or 2 * cores or None,
+        # Auto splits only ranges worth it: a live batch of a few thousand records per partition
+        # reads faster in one task per partition (20k records/s: batches 0.39 -> 0.35 s).
+        "min_split_records": None if job.min_partitions else AUTO_MIN_SPLIT_RECORDS,
         "max_records_per_partition": job.max_records_per_partition or None,
         "query_checkpoint": query_checkpoint or None,
         "counts_checkpoint": counts_checkpoint or None,

@@ -312,7 +312,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.warning(
                     "skipping %s/%d: offset moved back from %d to %d", *tp, begin.offsets[tp], pos
                 )
-        split = (self.options.min_partitions, self.options.max_records_per_partition)
+        opts = self.options
+        split = (opts.min_partitions, opts.max_records_per_partition, opts.min_split_records)
         late_before, batch_ms = self._batch_marks(end)
         if finish.verdicts is not None:
             # Dead letters: each record judged at the time of the counting batch that read it.

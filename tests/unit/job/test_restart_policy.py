@@ -15,8 +15,8 @@ from ipcount.config import load_settings
 from ipcount.errors import TransactionAbortedError
 from ipcount.faults import fault_point
 from ipcount.job import runner
-from ipcount.job.pipeline import JobQueries
 from ipcount.job.runner import is_fatal
+from ipcount.job.running import JobQueries
 from ipcount.observe.metrics import JobMetrics
 
 # What Spark's StreamingQueryException text holds for a failure in the sink's commit (trimmed).

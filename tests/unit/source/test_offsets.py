@@ -137,6 +137,21 @@ def test_plan_ranges_never_splits_below_one_offset_and_spreads_round_off() -> No
     assert sizes == [3, 3, 4]
 
 
+def test_plan_ranges_min_split_records_leaves_small_ranges_whole() -> None:
+    """A live batch of a few thousand records per partition: one task per partition; a backlog's
+    large ranges are still split to keep every core busy."""
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    small = {("t", 0): 5_139, ("t", 1): 4_299, ("t", 2): 9_852}
+    assert plan_ranges(start, small, min_partitions=4) != plan_ranges(start, small)
+    assert plan_ranges(start, small, 4, None, 50_000) == plan_ranges(start, small)
+    large = {("t", 0): 333_000, ("t", 1): 333_000, ("t", 2): 120_000}
+    sizes = [r.size for r in plan_ranges(start, large, 4, None, 50_000)]
+    assert sizes == [166_500] * 4 + [120_000]
+    # Never into parts below the minimum: 120k records split at most in two.
+    parts = plan_ranges({("t", 0): 0}, {("t", 0): 120_000}, 8, None, 50_000)
+    assert [r.size for r in parts] == [60_000, 60_000]
+
+
 def test_plan_ranges_max_records_per_partition_caps_every_task() -> None:
     start = {("t", 0): 0, ("t", 1): 10, ("t", 2): 0}
     end = {("t", 0): 250, ("t", 1): 110, ("t", 2): 7}

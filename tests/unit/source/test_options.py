@@ -235,6 +235,12 @@ def test_by_default_a_batch_gets_twice_as_many_read_tasks_as_spark_has_cores() -
     # A setting wins over the cores.
     one = settings.replace("job", min_partitions=1)
     assert parse_options(source_options(one, cores=2, query_checkpoint="/q")).min_partitions == 1
+    # Auto splits only large ranges; a setting splits as Spark's minPartitions does.
+    auto = parse_options(source_options(settings, cores=2, query_checkpoint="/q"))
+    assert auto.min_split_records == 50_000
+    assert (
+        parse_options(source_options(one, cores=2, query_checkpoint="/q")).min_split_records is None
+    )
 
 
 def test_an_unset_option_takes_its_one_default() -> None:

@@ -383,13 +383,21 @@ def partition_offsets(
     """
     tp = TopicPartition(topic, partition)
     deadline = time.monotonic() + timeout
+    # One more request after a local timeout, even past the deadline: a process stopped while the
+    # request was in flight (SIGSTOP, a frozen VM) finds its deadline gone when it resumes, and a
+    # fresh request tells that from a broker that does not answer.
+    fresh: float | None = None
     while True:
         try:
-            left = max(0.1, deadline - time.monotonic())
+            left = max(0.1, deadline - time.monotonic(), fresh or 0.0)
             low, high = probe.get_watermark_offsets(tp, timeout=left, cached=False)
             return low, high
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT:
+                if fresh is None:
+                    fresh = min(timeout, 5.0)
+                    continue
             passing = isinstance(err, KafkaError) and (
                 err.retriable() or err.code() in _LEADER_MOVING
             )

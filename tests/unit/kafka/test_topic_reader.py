@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -135,3 +136,35 @@ def test_caught_up_only_at_the_end_and_says_when_the_end_is_unknown(
         monkeypatch.setattr(reader._consumer, "get_watermark_offsets", unreachable)
         with pytest.raises(BrokerError, match=rf"cannot query the end of {TOPIC}\[0\]"):
             reader.caught_up()
+
+
+class _StalledProbe:
+    """A consumer whose first watermark request was in flight while its process was stopped: it
+    answers _TIMED_OUT once, after the whole timeout, then answers normally."""
+
+    def __init__(self, timeouts: int) -> None:
+        self.timeouts = timeouts
+        self.calls: list[float] = []
+
+    def get_watermark_offsets(self, tp: object, timeout: float, cached: bool) -> tuple[int, int]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.calls.append(timeout)
+        if len(self.calls) <= self.timeouts:
+            time.sleep(0.2)  # the stop: the deadline passes while the request waits
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return 3, 42
+
+
+def test_an_offset_query_stalled_past_its_deadline_is_asked_once_more() -> None:
+    from ipcount.errors import BrokerError
+    from ipcount.kafka.topic_reader import partition_offsets
+
+    probe = _StalledProbe(timeouts=1)
+    assert partition_offsets(probe, "t", 0, timeout=0.1) == (3, 42)  # type: ignore[arg-type]
+    assert len(probe.calls) == 2 and probe.calls[1] >= 0.1  # a fresh window, not 0.1 s left over
+    # A broker that really does not answer: the second timeout is the answer.
+    silent = _StalledProbe(timeouts=5)
+    with pytest.raises(BrokerError, match="cannot query the end of t\\[0\\]"):
+        partition_offsets(silent, "t", 0, timeout=0.1)  # type: ignore[arg-type]
+    assert len(silent.calls) == 2

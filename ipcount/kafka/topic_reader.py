@@ -10,12 +10,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ipcount.errors import BrokerError, ConfigError, DecodeError, IpcountError
 from ipcount.formats.avro import Codec, IpCount
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
 from ipcount.kafka.quirks import BrokerQuirks, broker_quirks
+from ipcount.kafka.watermarks import partition_offsets
 
 __all__ = [
     "partition_offsets",
@@ -37,7 +38,6 @@ ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 # (measured: ~0.0 core while idle, records picked up within one back-off). On Apache Kafka the
 # broker holds an empty fetch open (fetch.wait.max.ms): the reader keeps its partitions.
 # A new topic's leader is not yet known on every broker thread: ask again in a moment.
-_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 _IDLE_BACKOFF_START = 0.05
 _IDLE_BACKOFF_MAX = 1.0
 # While idle, each look for new records fetches for this long only (records already on the
@@ -368,41 +368,3 @@ def decode_records(
             yield rec, codec.decode(rec.value)  # type: ignore[arg-type]
         except DecodeError as exc:
             raise DecodeError(f"{rec.where}: {exc}") from exc
-
-
-def partition_offsets(
-    probe: Consumer, topic: str, partition: int, timeout: float
-) -> tuple[int, int]:
-    """(low, high) of one partition as `probe`'s isolation sees it (read_committed: high is the
-    last stable offset); retries for a moment while a new topic's leader is not yet known
-    everywhere (Apache Kafka answers NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE for a moment
-    after CreateTopics).
-
-    Raises:
-        BrokerError: the offsets could not be queried within `timeout` seconds.
-    """
-    tp = TopicPartition(topic, partition)
-    deadline = time.monotonic() + timeout
-    # One more request after a local timeout, even past the deadline: a process stopped while the
-    # request was in flight (SIGSTOP, a frozen VM) finds its deadline gone when it resumes, and a
-    # fresh request tells that from a broker that does not answer.
-    fresh: float | None = None
-    while True:
-        try:
-            left = max(0.1, deadline - time.monotonic(), fresh or 0.0)
-            low, high = probe.get_watermark_offsets(tp, timeout=left, cached=False)
-            return low, high
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT:
-                if fresh is None:
-                    fresh = min(timeout, 5.0)
-                    continue
-            passing = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in _LEADER_MOVING
-            )
-            if not passing or time.monotonic() > deadline:
-                raise BrokerError(
-                    f"cannot query the end of {topic}[{partition}]: {describe_kafka_error(exc)}"
-                ) from exc
-            time.sleep(0.1)

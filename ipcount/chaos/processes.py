@@ -175,7 +175,8 @@ class JobProcess(_ChildRun):
 
     def fenced(self) -> bool:
         """Whether its log says the sink was fenced by a newer producer (FatalKafkaError)."""
-        return _FENCED in self.log_text()
+        # Both messages say it, one at a sentence's start ("Two jobs ..."): ignore case.
+        return _FENCED in self.log_text().lower()
 
     def kill(self) -> None:
         """SIGKILL the whole process group (driver and JVM), then reap what is left."""

@@ -19,8 +19,8 @@ from typing import Any
 
 from ipcount.childproc import Child, spawn
 from ipcount.errors import IpcountError
-from loadgen.bench.memory import MemoryPeaks, MemorySampler
-from loadgen.bench.report import Sustained, batch_records, sustained
+from loadgen.bench.memory import CoresBusy, MemoryPeaks, MemorySampler, cores_busy
+from loadgen.bench.report import Sustained, batch_records, data_batch_spans, sustained
 from loadgen.bench.workspace import BenchEnv
 
 __all__ = [
@@ -75,6 +75,12 @@ class JobRun:
     def sustained(self) -> Sustained | None:
         """Steady-state throughput, the first data batch excluded (None: < 2 data batches)."""
         return sustained(self.result.get("events", []))
+
+    def cores_busy(self, steady: bool) -> CoresBusy | None:
+        """Mean cores busy on the machine while the counting query's data batches ran (steady:
+        the first left out), with the broker's share; None without samples or batches."""
+        spans = data_batch_spans(self.result.get("events", []), steady)
+        return cores_busy(self.memory.timeline, spans)
 
     @property
     def first_batch_s(self) -> float | None:

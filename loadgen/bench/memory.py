@@ -1,16 +1,21 @@
 """Memory and CPU of the benchmarked job's process tree, sampled with psutil in a thread of the
 bench process: peak RSS and CPU seconds by role (driver JVM, Python driver, Python workers), and
-the CPU the benchmark's own broker used meanwhile (it shares the machine's cores with the job).
+the CPU the benchmark's own broker used meanwhile (it shares the machine's cores with the job),
+and a timeline of the machine's busy CPU, from which the cores busy while batches ran are taken.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import psutil
 
-__all__ = ["MemoryPeaks", "MemorySampler", "fmt_mb"]
+__all__ = ["CoresBusy", "CpuSample", "MemoryPeaks", "MemorySampler", "cores_busy", "fmt_mb"]
 
 _SAMPLE_SECONDS = 0.5
 
@@ -32,6 +37,66 @@ class MemoryPeaks:
     cpu_workers: float = 0.0
     # CPU seconds the local broker used while the job ran (None: not sampled, e.g. --bootstrap).
     cpu_broker: float | None = None
+    # The machine's busy CPU and the broker's, at every sample (see cores_busy).
+    timeline: list[CpuSample] = field(default_factory=list)
+    machine_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+
+class CpuSample(NamedTuple):
+    """Cumulative CPU seconds at one instant (epoch s): the whole machine's busy time (every
+    state but idle and iowait, all cores) and the local broker's (None: not sampled)."""
+
+    at: float
+    machine_s: float
+    broker_s: float | None
+
+
+@dataclass(frozen=True)
+class CoresBusy:
+    """Mean cores busy over some spans: the whole machine, the broker's share (None: not
+    sampled), and the rest (the job, plus whatever else runs: the bench's own sampling)."""
+
+    machine: float
+    broker: float | None
+    seconds: float
+
+    @property
+    def job(self) -> float:
+        return self.machine - (self.broker or 0.0)
+
+
+def cores_busy(
+    timeline: Sequence[CpuSample], spans: Sequence[tuple[float, float]]
+) -> CoresBusy | None:
+    """Mean cores busy over the spans (epoch s), the counters interpolated between samples;
+    None when a span lies outside the samples or there is no time at all."""
+    machine = broker = seconds = 0.0
+    with_broker = True
+    for begin, end in spans:
+        a, b = _at(timeline, begin), _at(timeline, end)
+        if a is None or b is None or end <= begin:
+            return None
+        machine += b[0] - a[0]
+        seconds += end - begin
+        if a[1] is None or b[1] is None:
+            with_broker = False
+        else:
+            broker += b[1] - a[1]
+    if seconds <= 0:
+        return None
+    return CoresBusy(machine / seconds, broker / seconds if with_broker else None, seconds)
+
+
+def _at(timeline: Sequence[CpuSample], t: float) -> tuple[float, float | None] | None:
+    """The counters at t, interpolated between the samples around it."""
+    for x, y in zip(timeline, timeline[1:], strict=False):
+        if x.at <= t <= y.at:
+            f = (t - x.at) / (y.at - x.at) if y.at > x.at else 0.0
+            machine = x.machine_s + f * (y.machine_s - x.machine_s)
+            if x.broker_s is None or y.broker_s is None:
+                return machine, None
+            return machine, x.broker_s + f * (y.broker_s - x.broker_s)
+    return None
 
 
 class MemorySampler:
@@ -71,6 +136,7 @@ class MemorySampler:
             )
 
     def sample(self) -> None:
+        self._sample_machine()
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -103,6 +169,13 @@ class MemorySampler:
         p.workers, p.max_workers = max(p.workers, workers), max(p.max_workers, n_workers)
         p.total = max(p.total, jvm + driver + workers)
         p.samples += 1
+
+    def _sample_machine(self) -> None:
+        t = psutil.cpu_times()
+        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0)
+        # guest time is already counted in user time (Linux); not twice.
+        busy -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+        self.peaks.timeline.append(CpuSample(time.time(), busy, self._broker.read()))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

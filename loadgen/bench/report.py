@@ -20,6 +20,7 @@ __all__ = [
     "batch_records",
     "batch_end",
     "sustained",
+    "data_batch_spans",
     "phase_totals",
     "stage_totals",
     "event_log_conf",
@@ -122,26 +123,57 @@ class Sustained:
 
 def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
     """Sustained events/s from the job child's events (loadgen.bench.job_process: `progress` events
-    with `at` and Spark's progress JSON), or None with fewer than two data batches.
+    with `at` and Spark's progress JSON), or None with fewer than two data batches."""
+    data = _data_batches(events)
+    if len(data) < 2:
+        return None
+    seconds = data[-1].end - data[0].end
+    if seconds <= 0:
+        return None
+    return Sustained(sum(d.records for d in data[1:]), seconds, len(data) - 1)
+
+
+def data_batch_spans(events: Iterable[dict[str, Any]], steady: bool) -> list[tuple[float, float]]:
+    """When each data batch ran (epoch s, trigger start to end), in batchId order; `steady`
+    leaves out the first (empty then with fewer than two). A batch without Spark's timestamp
+    has no start and is left out."""
+    spans = [(d.start, d.end) for d in _data_batches(events) if d.start is not None]
+    if steady:
+        return spans[1:] if len(_data_batches(events)) >= 2 else []
+    return spans
+
+
+@dataclass(frozen=True)
+class _DataBatch:
+    batch_id: int
+    start: float | None
+    end: float
+    records: int
+
+
+def _data_batches(events: Iterable[dict[str, Any]]) -> list[_DataBatch]:
+    """The counting query's batches with access records, in batchId order.
 
     A data batch has access records (batch_records > 0: heartbeat-only batches are not). When
     some batches carry ipcount's observed metrics, batches without them belong to another
-    query (the dead-letter query) and are left out. Batches are taken in batchId order."""
+    query (the dead-letter query) and are left out."""
     progress = [ev for ev in events if ev.get("event") == "progress" and ev.get("progress")]
     if any(_quality(ev["progress"]) is not None for ev in progress):
         progress = [ev for ev in progress if _quality(ev["progress"]) is not None]
     data = [
-        (int(ev["progress"].get("batchId") or 0), end, records)
+        _DataBatch(int(ev["progress"].get("batchId") or 0), _batch_start(ev), end, records)
         for ev in progress
         if (records := batch_records(ev["progress"])) > 0 and (end := batch_end(ev)) is not None
     ]
-    data.sort(key=lambda d: d[0])
-    if len(data) < 2:
+    return sorted(data, key=lambda d: d.batch_id)
+
+
+def _batch_start(event: dict[str, Any]) -> float | None:
+    stamp = (event.get("progress") or {}).get("timestamp")
+    try:
+        return datetime.fromisoformat(str(stamp)).timestamp() if stamp else None
+    except (TypeError, ValueError):
         return None
-    seconds = data[-1][1] - data[0][1]
-    if seconds <= 0:
-        return None
-    return Sustained(sum(d[2] for d in data[1:]), seconds, len(data) - 1)
 
 
 def phase_totals(progress: Iterable[dict[str, Any]]) -> PhaseTotals:

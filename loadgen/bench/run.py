@@ -20,12 +20,13 @@ from loadgen.extras import require
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
     from ipcount.config import Settings
 
-__all__ = ["add_bench_parser", "report_lines", "run", "validate"]
+__all__ = ["add_bench_parser", "report_lines", "run", "sustained_overrides", "validate"]
 
 THROUGHPUT_RECORDS = 1_000_000
-# --sustained: enough records for several data batches after the first at the default
-# job.max_offsets_per_trigger (500,000).
+# --sustained: enough records for several data batches after the first, each of at most
+# SUSTAINED_BATCH_RECORDS (the job's own default reads a whole backlog in one batch).
 SUSTAINED_RECORDS = 5_000_000
+SUSTAINED_BATCH_RECORDS = 500_000
 
 
 def add_bench_parser(sub: Any) -> None:
@@ -53,7 +54,9 @@ def add_bench_parser(sub: Any) -> None:
     mode.add_argument(
         "--sustained", action="store_true",
         help="the throughput benchmark sized for a steady state: --records defaults to "
-        "5,000,000, so the last line's sustained_events_per_s= covers several data batches",
+        "5,000,000 and a batch reads at most 500,000 of them (unless --set "
+        "job.max_offsets_per_trigger=...), so the last line's sustained_events_per_s= and "
+        "cores_busy steady= cover several data batches",
     )  # fmt: skip
     p.add_argument(
         "--records", type=int,
@@ -168,6 +171,19 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"python_workers={fmt_mb(m.workers)} ({m.max_workers} processes; forked workers share "
         f"pages) total={fmt_mb(m.total)} samples={m.samples}"
     )
+    busy, busy_steady = job.cores_busy(steady=False), job.cores_busy(steady=True)
+    lines.append(
+        f"bench: cores_busy data_batches={fmt_num(None if busy is None else busy.job, 2)} "
+        f"steady={fmt_num(None if busy_steady is None else busy_steady.job, 2)} "
+        f"of {m.machine_cores} (the machine's busy CPU less the local broker's while the "
+        "counting query's data batches ran; steady: the first left out) "
+        + (
+            "-"
+            if busy is None
+            else f"machine={busy.machine:.2f} broker={fmt_num(busy.broker, 2)} "
+            f"over={busy.seconds:.1f}s"
+        )
+    )
     lines.append(
         f"bench: cpu_s jvm={m.cpu_jvm:.1f} python_workers={m.cpu_workers:.1f} "
         f"python_driver={m.cpu_driver:.1f} (whole job process life, start-up included) "
@@ -201,6 +217,15 @@ def validate(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.event_rate <= 0:
         raise ConfigError(f"--event-rate must be positive, got {args.event_rate}")
+
+
+def sustained_overrides(args: argparse.Namespace) -> list[str]:
+    """--sustained caps a batch at SUSTAINED_BATCH_RECORDS, unless a --set caps it already."""
+    if not args.sustained or any(
+        o.partition("=")[0].strip() == "job.max_offsets_per_trigger" for o in args.overrides or []
+    ):
+        return []
+    return [f"job.max_offsets_per_trigger={SUSTAINED_BATCH_RECORDS}"]
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -242,7 +267,9 @@ def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
     start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
     spark_conf = spark_pairs(args.spark_conf)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
-        src, overrides = env.settings("bench", f"topics.source_partitions={args.partitions}")
+        src, overrides = env.settings(
+            "bench", f"topics.source_partitions={args.partitions}", *sustained_overrides(args)
+        )
         spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
         print(
             f"bench: broker {env.bootstrap}{'' if env.own_broker else ' (given)'}; loading "

@@ -50,6 +50,12 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
     assert re.search(r"^bench: peak_rss_MB jvm=[1-9]\d* python_driver=[1-9]", text, re.M), text
     # A given --bootstrap broker is not ours to sample: its CPU is reported as unknown.
     assert re.search(r"^bench: cpu_s jvm=[1-9].* broker=- ", text, re.M), text
+    # Cores busy while the data batch ran, from the machine's CPU (the broker's unknown here).
+    assert re.search(
+        r"^bench: cores_busy data_batches=\d+\.\d\d steady=(\d+\.\d\d|-) of \d+ .* broker=- ",
+        text,
+        re.M,
+    ), text
     assert f"results={results} missing=0 duplicates=0 wrong=0 exact=true" in text
 
 

@@ -14,9 +14,9 @@ import pytest
 from ipcount.config import load_settings
 from loadgen.bench.job_child import JobRun
 from loadgen.bench.measure import RunFigures, final_line
-from loadgen.bench.memory import MemoryPeaks
+from loadgen.bench.memory import CpuSample, MemoryPeaks, cores_busy
 from loadgen.bench.report import StageTotals, phase_totals, sustained
-from loadgen.bench.run import report_lines, validate
+from loadgen.bench.run import report_lines, sustained_overrides, validate
 from loadgen.bench.scaling import Cell, _Row, format_table
 from loadgen.cli import build_parser
 
@@ -77,7 +77,9 @@ def run_events() -> list[dict[str, Any]]:
     ]
 
 
-def job_run(events: list[dict[str, Any]], cpu_jvm: float = 40.0) -> JobRun:
+def job_run(
+    events: list[dict[str, Any]], cpu_jvm: float = 40.0, timeline: list[CpuSample] | None = None
+) -> JobRun:
     result = {
         "status": 0,
         "process_start": T0 - 25.0,
@@ -89,6 +91,7 @@ def job_run(events: list[dict[str, Any]], cpu_jvm: float = 40.0) -> JobRun:
     progress = [ev["progress"] for ev in events if ev["event"] == "progress"]
     memory = MemoryPeaks(jvm=2**30, driver=2**27, workers=2**28, total=2**31, samples=10)
     memory.cpu_jvm = cpu_jvm
+    memory.timeline = list(timeline or [])
     return JobRun(0, T0 - 25.1, T0 + 62.0, result, memory, Path("job.log"), progress)
 
 
@@ -155,6 +158,68 @@ def test_sustained_ignores_a_second_query_without_the_counting_metrics() -> None
     events = run_events() + [batch(7, 60.0, 2_000, 1_250_000, query="q-dead-letter")]
     s = sustained(events)
     assert s is not None and s.records == 750_000 and s.seconds == pytest.approx(22.5)
+
+
+# -- cores busy while data batches run ----------------------------------------------------------
+
+
+def timeline(busy: float, idle: float, broker: float, until: float = 60.0) -> list[CpuSample]:
+    """Samples every 0.5 s from T0 - 10 s: the machine `busy` cores while batches 0-2 run
+    (0 .. 52.5 s), `idle` cores otherwise; the broker `broker` cores throughout."""
+    out, machine, t = [], 100.0, T0 - 10.0
+    while t <= T0 + until:
+        out.append(CpuSample(t, machine, 7.0 + broker * (t - T0 + 10.0)))
+        machine += 0.5 * (busy if T0 <= t < T0 + 52.5 else idle)
+        t += 0.5
+    return out
+
+
+def test_cores_busy_is_the_machine_minus_the_broker_over_the_given_spans() -> None:
+    samples = timeline(busy=1.9, idle=0.2, broker=0.1)
+    got = cores_busy(samples, [(T0, T0 + 30.0), (T0 + 30.5, T0 + 42.5)])
+    assert got is not None
+    assert got.seconds == pytest.approx(42.0)
+    assert (got.machine, got.broker, got.job) == pytest.approx((1.9, 0.1, 1.8))
+    # Between samples the counters are interpolated: half a sample interval in, half the step.
+    half = cores_busy(samples, [(T0 - 0.25, T0 + 0.25)])
+    assert half is not None and half.machine == pytest.approx((0.2 + 1.9) / 2)
+
+
+def test_cores_busy_needs_samples_around_a_span() -> None:
+    samples = timeline(busy=1.9, idle=0.2, broker=0.1)
+    assert cores_busy(samples, [(T0 + 100.0, T0 + 110.0)]) is None
+    assert cores_busy(samples[:1], [(T0, T0 + 1.0)]) is None
+    assert cores_busy(samples, []) is None
+    no_broker = [CpuSample(s.at, s.machine_s, None) for s in samples]
+    got = cores_busy(no_broker, [(T0, T0 + 30.0)])
+    assert got is not None and got.broker is None and got.job == pytest.approx(1.9)
+
+
+def test_a_run_reports_cores_busy_in_all_data_batches_and_in_the_steady_ones() -> None:
+    """Batches 0-2 are the data batches (0 .. 52.5 s); steady leaves out batch 0 (0 .. 30 s);
+    the flush heartbeats after them are not counted."""
+    samples = timeline(busy=1.9, idle=0.2, broker=0.1)
+    run = job_run(run_events(), timeline=samples)
+    data, steady = run.cores_busy(steady=False), run.cores_busy(steady=True)
+    assert data is not None and steady is not None
+    assert data.seconds == pytest.approx(30.0 + 12.0 + 9.5)
+    assert steady.seconds == pytest.approx(21.5)
+    assert data.job == pytest.approx(1.8) and steady.job == pytest.approx(1.8)
+    line = next(x for x in report_lines(figures_with(samples)) if x.startswith("bench: cores_busy"))
+    assert line.startswith("bench: cores_busy data_batches=1.80 steady=1.80 of 2 "), line
+    assert "machine=1.90 broker=0.10" in line, line
+
+
+def test_cores_busy_prints_dashes_without_samples() -> None:
+    line = next(x for x in report_lines(figures(run_events())) if x.startswith("bench: cores_busy"))
+    assert line.startswith("bench: cores_busy data_batches=- steady=- of "), line
+
+
+def figures_with(samples: list[CpuSample]) -> RunFigures:
+    fig = figures(run_events())
+    fig.job.memory.timeline = samples
+    fig.job.memory.machine_cores = 2
+    return fig
 
 
 # -- launch -> visible, JVM CPU per 1M records --------------------------------------------------
@@ -252,6 +317,24 @@ def test_records_default_to_five_million_with_sustained(argv: list[str], records
     args = build_parser().parse_args(argv)
     validate(args)
     assert args.records == records
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["bench"], []),
+        (["bench", "--sustained"], ["job.max_offsets_per_trigger=500000"]),
+        (["--set", "job.max_offsets_per_trigger=200000", "bench", "--sustained"], []),
+    ],
+)
+def test_sustained_reads_the_backlog_in_batches_of_half_a_million(
+    argv: list[str], extra: list[str]
+) -> None:
+    """The job's default reads a backlog in one batch; --sustained measures the batches after
+    the first, so it caps them unless the user's own --set does."""
+    args = build_parser().parse_args(argv)
+    validate(args)
+    assert sustained_overrides(args) == extra
 
 
 def test_sustained_is_the_throughput_bench() -> None:

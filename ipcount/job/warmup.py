@@ -49,10 +49,6 @@ class _WarmupReader(DataSourceReader):
         from ipcount.worker_gc import freeze_long_lived
 
         freeze_long_lived()
-        with open("/tmp/mb/task.log", "a") as f:
-            import time
-
-            f.write(f"warm pid={os.getpid()} {time.time():.2f}\n")
         yield (os.getpid(),)
 
 

@@ -200,15 +200,10 @@ class KafkaOffsetReader:
         skew = self._options.max_future_skew_ms
         self._newest_allowed = now_ms + skew if skew > 0 and now_ms is not None else None
         pending = {tp: end for tp, end in ends.items() if end > 0}
-        consumer = self._get_consumer()
         found: dict[TopicPartitionKey, int] = {}
         candidates = self.max_timestamp_offsets(pending)
         if candidates:
-            consumer.assign([TopicPartition(t, p, o) for (t, p), o in candidates.items()])
-            try:
-                found = self._drain_tail(consumer, {tp: o + 1 for tp, o in candidates.items()})
-            finally:
-                consumer.unassign()
+            found = self._read_between(candidates, {tp: o + 1 for tp, o in candidates.items()})
             for tp, ts in found.items():
                 best = ts if best is None else max(best, ts)
         # The last records too: the MAX_TIMESTAMP record is the newest by Kafka timestamp, which
@@ -220,13 +215,7 @@ class KafkaOffsetReader:
             if not pending:
                 break
             starts = {tp: max(0, end - window) for tp, end in pending.items()}
-            consumer.assign([TopicPartition(t, p, starts[(t, p)]) for t, p in pending])
-            try:
-                found = self._drain_tail(consumer, pending)
-            finally:
-                # Done with these partitions: an assigned consumer keeps fetching in the background
-                # (on noida-db in a tight loop), and the next look assigns afresh anyway.
-                consumer.unassign()
+            found = self._read_between(starts, pending)
             for tp, ts in found.items():
                 best = ts if best is None else max(best, ts)
             # Done with partitions that had a trusted record (here or as their MAX_TIMESTAMP
@@ -250,14 +239,8 @@ class KafkaOffsetReader:
         pending = {tp: end for tp, end in ends.items() if end > 0}
         if not pending:
             return None
-        consumer = self._get_consumer()
-        consumer.assign(
-            [TopicPartition(t, p, max(0, end - _TAIL_WINDOW)) for (t, p), end in pending.items()]
-        )
-        try:
-            found = self._drain_tail(consumer, pending, _PEEK_POLL_S, _PEEK_TIMEOUT_S)
-        finally:
-            consumer.unassign()
+        starts = {tp: max(0, end - _TAIL_WINDOW) for tp, end in pending.items()}
+        found = self._read_between(starts, pending, _PEEK_POLL_S, _PEEK_TIMEOUT_S)
         return max(found.values(), default=None)
 
     def max_timestamp_offsets(
@@ -296,6 +279,24 @@ class KafkaOffsetReader:
         if ts is not None and limit is not None and ts > limit:
             return None
         return ts
+
+    def _read_between(
+        self,
+        starts: Mapping[TopicPartitionKey, int],
+        ends: Mapping[TopicPartitionKey, int],
+        poll_s: float = CONSUME_TIMEOUT_S,
+        timeout_s: float = _TAIL_TIMEOUT_S,
+    ) -> dict[TopicPartitionKey, int]:
+        """The newest trusted event time per partition among its records from `starts` up to
+        `ends` (partitions without one are left out). The consumer holds the partitions only
+        meanwhile: an assigned consumer keeps fetching in the background (on noida-db in a
+        tight loop), and the next look assigns afresh anyway."""
+        consumer = self._get_consumer()
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+        try:
+            return self._drain_tail(consumer, ends, poll_s, timeout_s)
+        finally:
+            consumer.unassign()
 
     def _drain_tail(
         self,

@@ -19,7 +19,6 @@ from ipcount.job.running import JobQueries
 __all__ = ["run_job", "is_fatal", "short_error"]
 
 if TYPE_CHECKING:
-    from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -71,14 +70,20 @@ class _Watch:
         return self.deadline is not None and time.monotonic() > self.deadline
 
 
-def _wait(queries: JobQueries, watch: _Watch) -> StreamingQueryException | None:
+def _wait(queries: JobQueries, watch: _Watch) -> Exception | None:
     """Wait until the queries end, a stop is requested or the deadline passes; returns the first
-    failed query's exception (None otherwise)."""
+    failed query's exception, or why the dead-letter query could not start (None otherwise): the
+    restart policy decides on either."""
     while not watch.stop.is_set():
         for q in queries.all():
             if not q.isActive and q.exception() is not None:
                 return q.exception()
-        if queries.advance():
+        try:
+            started = queries.advance()
+        except Exception as exc:  # noqa: BLE001 - its start (sink history check, Spark) failed
+            logger.error("the dead-letter query did not start: %s", short_error(exc))
+            return exc
+        if started:
             logger.info(
                 "the counting query %s: the dead-letter query follows its batches",
                 queries.started_because,
@@ -208,7 +213,7 @@ def _run(
     try:
         while True:
             error = _wait(queries, watch)
-            failed = _stop_all(queries)
+            failed = _stop_all(queries) or error is not None
             if error is None or not _restart_allowed(error, settings, watch, metrics):
                 break
             queries = _start()
@@ -254,7 +259,9 @@ def _restart_allowed(
     """Decide on one failure; sleeps the restart delay (interruptible) when restarting.
     `metrics`: the job's JobMetrics (None: off), told about the failure and the restart."""
     attempts = settings.job.restart_attempts
-    text = str(error)
+    # A query's exception holds the JVM-wrapped trace with the Python class; an error raised here
+    # (starting the dead-letter query) has its class only in its type.
+    text = f"{type(error).__name__}: {error}"
     restarting = not is_fatal(text) and watch.restarts < attempts
     if metrics is not None:
         delay = settings.job.restart_delay_seconds if restarting else None

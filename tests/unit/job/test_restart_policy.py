@@ -112,3 +112,57 @@ def test_a_stop_during_the_restart_delay_is_no_restart(monkeypatch: pytest.Monke
     assert time.monotonic() - t0 < 10  # SIGTERM cut the delay short
     assert (code, len(started)) == (1, 1)
     assert _restarts(metrics) == 0
+
+
+def _run_with_dead_letter_start(
+    monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> tuple[int, JobMetrics, list[Any]]:
+    """The runner's loop, without Spark: the counting query ends cleanly, and starting the
+    dead-letter query beside it fails once with `failure`; after a restart it starts."""
+    started: list[Any] = []
+
+    def start_dead_letter() -> Any:
+        if len(started) == 1:
+            raise failure
+        return _Query(None)
+
+    def start_job(*args: Any, **kwargs: Any) -> JobQueries:
+        started.append(object())
+        return JobQueries(counts=_Query(None), pending=start_dead_letter)
+
+    monkeypatch.setattr(runner, "start_job", start_job)
+    settings = load_settings(
+        env={}, overrides=["job.restart_delay_seconds=0"], use_default_path=False
+    )
+    streams = SimpleNamespace(addListener=lambda _: None, removeListener=lambda _: None)
+    metrics = JobMetrics()
+    observed = SimpleNamespace(metrics=metrics, listener=object())
+    session = SimpleNamespace(streams=streams)
+    code = runner._run(settings, observed, session, False, None, False, False)
+    return code, metrics, started
+
+
+def test_a_dead_letter_query_that_fails_to_start_is_restarted_like_a_failed_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its start checks the dead-letter topic's history on the broker: a broker that does not
+    answer in time must not end `ipcount run` at once, past job.restart_attempts."""
+    from ipcount.errors import BrokerError
+
+    code, metrics, started = _run_with_dead_letter_start(
+        monkeypatch, BrokerError("cannot query the end of ip_count_dead_letter[0]: timed out")
+    )
+    assert (code, len(started)) == (0, 2)
+    assert _restarts(metrics) == 1
+
+
+def test_a_fatal_failure_to_start_the_dead_letter_query_stops_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ipcount.errors import SinkHistoryError
+
+    code, metrics, started = _run_with_dead_letter_start(
+        monkeypatch, SinkHistoryError("the checkpoint and the dead-letter topic disagree")
+    )
+    assert (code, len(started)) == (1, 1)
+    assert _restarts(metrics) == 0

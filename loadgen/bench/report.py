@@ -96,10 +96,10 @@ def batch_end(event: dict[str, Any]) -> float | None:
     the Python listener, which varies with the driver's load)."""
     progress = event.get("progress") or {}
     trigger = (progress.get("durationMs") or {}).get("triggerExecution")
-    stamp = progress.get("timestamp")
-    if stamp and trigger is not None:
+    start = _batch_start(event)
+    if start is not None and trigger is not None:
         try:
-            return datetime.fromisoformat(str(stamp)).timestamp() + float(trigger) / 1000
+            return start + float(trigger) / 1000
         except (TypeError, ValueError):
             pass
     at = event.get("at")
@@ -135,12 +135,9 @@ def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
 
 def data_batch_spans(events: Iterable[dict[str, Any]], steady: bool) -> list[tuple[float, float]]:
     """When each data batch ran (epoch s, trigger start to end), in batchId order; `steady`
-    leaves out the first (empty then with fewer than two). A batch without Spark's timestamp
-    has no start and is left out."""
-    spans = [(d.start, d.end) for d in _data_batches(events) if d.start is not None]
-    if steady:
-        return spans[1:] if len(_data_batches(events)) >= 2 else []
-    return spans
+    leaves out the first. A batch without Spark's timestamp has no start and is left out."""
+    data = _data_batches(events)[1 if steady else 0 :]
+    return [(d.start, d.end) for d in data if d.start is not None]
 
 
 @dataclass(frozen=True)

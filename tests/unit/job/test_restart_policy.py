@@ -79,6 +79,14 @@ def _run_job(monkeypatch: pytest.MonkeyPatch, delay: float) -> tuple[int, JobMet
         started.append(outcomes[len(started)])
         return JobQueries(counts=_Query(started[-1]))
 
+    code, metrics = _run_runner(monkeypatch, start_job, delay)
+    return code, metrics, started
+
+
+def _run_runner(
+    monkeypatch: pytest.MonkeyPatch, start_job: Any, delay: float
+) -> tuple[int, JobMetrics]:
+    """runner._run with `start_job` in place of Spark's queries; its exit code and metrics."""
     monkeypatch.setattr(runner, "start_job", start_job)
     settings = load_settings(
         env={}, overrides=[f"job.restart_delay_seconds={delay}"], use_default_path=False
@@ -87,8 +95,7 @@ def _run_job(monkeypatch: pytest.MonkeyPatch, delay: float) -> tuple[int, JobMet
     metrics = JobMetrics()
     observed = SimpleNamespace(metrics=metrics, listener=object())
     session = SimpleNamespace(streams=streams)
-    code = runner._run(settings, observed, session, False, None, False, False)
-    return code, metrics, started
+    return runner._run(settings, observed, session, False, None, False, False), metrics
 
 
 def _restarts(metrics: JobMetrics) -> float | None:
@@ -130,15 +137,7 @@ def _run_with_dead_letter_start(
         started.append(object())
         return JobQueries(counts=_Query(None), pending=start_dead_letter)
 
-    monkeypatch.setattr(runner, "start_job", start_job)
-    settings = load_settings(
-        env={}, overrides=["job.restart_delay_seconds=0"], use_default_path=False
-    )
-    streams = SimpleNamespace(addListener=lambda _: None, removeListener=lambda _: None)
-    metrics = JobMetrics()
-    observed = SimpleNamespace(metrics=metrics, listener=object())
-    session = SimpleNamespace(streams=streams)
-    code = runner._run(settings, observed, session, False, None, False, False)
+    code, metrics = _run_runner(monkeypatch, start_job, 0)
     return code, metrics, started
 
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 
 __all__ = ["address_family", "host_port", "host_allowed", "bind_hint"]
+
+# A Host header: a bracketed IPv6 address, or a name / IPv4 address (letters, digits, `-`, `_`,
+# `.`), then an optional `:port` of digits. Nothing else: no userinfo (`127.0.0.1:80@evil.com`),
+# nothing after the bracket (`[::1].evil.com`), no percent-encoding.
+_HOST_HEADER = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_.-]+))(?::[0-9]{1,5})?")
 
 
 def address_family(host: str) -> socket.AddressFamily:
@@ -40,15 +46,10 @@ def host_allowed(header: str | None, allowed: Iterable[str] = ()) -> bool:
     another site that resolves its own name to 127.0.0.1 still sends that name."""
     if header is None:
         return True
-    host = header.strip().lower()
-    if host.startswith("["):
-        host = host[1 : host.find("]")] if "]" in host else host
-    elif host.count(":") == 1:
-        host = host.partition(":")[0]
-    host = host.rstrip(".")
     names = {a.strip().strip("[]").lower().rstrip(".") for a in allowed if a.strip()}
     if "*" in names:
         return True
+    host = _host_of(header)
     if not host:
         return False
     if host == "localhost" or host.endswith(".localhost") or host in names:
@@ -59,6 +60,21 @@ def host_allowed(header: str | None, allowed: Iterable[str] = ()) -> bool:
         return False
     mapped = getattr(addr, "ipv4_mapped", None)
     return addr.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _host_of(header: str) -> str | None:
+    """The host a `Host` header names (an IPv6 address without brackets, a name without its
+    trailing dot), or None when the header is not a host with an optional port."""
+    match = _HOST_HEADER.fullmatch(header.strip().lower())
+    if match is None:
+        return None
+    if match["v6"] is not None:
+        try:
+            ipaddress.IPv6Address(match["v6"])
+        except ValueError:
+            return None
+        return match["v6"]
+    return match["name"].rstrip(".")
 
 
 def bind_hint(exc: OSError, host: str, host_option: str, port_option: str) -> str:

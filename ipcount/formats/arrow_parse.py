@@ -86,8 +86,41 @@ def _as_strings(values: pa.Array) -> pa.Array:
     return pa.array(decoded, pa.string())
 
 
+# The longest text an IP address has: IPv6 with an IPv4 tail,
+# `ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255` (no zone ids: IP_PATTERN has none). A longer
+# `$remote_addr` is rejected at once, never remembered.
+_LONGEST_IP_TEXT = 45
+# How many texts a read task remembers the verdict of: accepted ones (real clients and seconds, as
+# many as a busy task meets) and rejected ones, each a table forgotten when full, so junk costs at
+# most a few MB however much of it a task reads.
+_MAX_ACCEPTED, _MAX_REJECTED = 262_144, 4_096
+
+
+class _Decided:
+    """Codes of the texts a task has decided (>= 0 accepted, < 0 rejected), bounded in entries."""
+
+    def __init__(self) -> None:
+        self._accepted: dict[str, int] = {}
+        self._rejected: dict[str, int] = {}
+
+    def get(self, text: str) -> int | None:
+        code = self._accepted.get(text)
+        return self._rejected.get(text) if code is None else code
+
+    def put(self, text: str, code: int) -> None:
+        table, cap = (
+            (self._accepted, _MAX_ACCEPTED) if code >= 0 else (self._rejected, _MAX_REJECTED)
+        )
+        if len(table) >= cap:
+            table.clear()
+        table[text] = code
+
+    def __len__(self) -> int:
+        return len(self._accepted) + len(self._rejected)
+
+
 def _distinct(
-    column: pa.Array, decide: dict[str, int], compute: Callable[[str], int]
+    column: pa.Array, decide: _Decided, compute: Callable[[str], int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, present mask): `column`'s distinct values decided once each by `compute`
     (text -> int code), remembered in `decide` across chunks."""
@@ -100,7 +133,7 @@ def _distinct(
         code = decide.get(word)
         if code is None:
             code = compute(word)
-            decide[word] = code
+            decide.put(word, code)
         codes[i] = code
     index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     per_row = codes[index] if len(codes) else np.full(len(column), -1, dtype=np.int64)
@@ -124,12 +157,13 @@ class ChunkParser:
     partition holds few distinct seconds and IPs, so those Python calls are a small part of the
     work; the per-line work (UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes
     hold decides, never how many there are, and no content raises (every failure is a verdict
-    code with its reason).
+    code with its reason). What it remembers is bounded: a client text longer than any IP is
+    rejected unseen, and the decided texts are bounded tables (`_Decided`).
     """
 
     def __init__(self) -> None:
-        self._times: dict[str, int] = {}
-        self._ip_codes: dict[str, int] = {}
+        self._times = _Decided()
+        self._ip_codes = _Decided()
         self._canonical: dict[str, int] = {}
         self.ips: list[str] = []
 
@@ -165,7 +199,12 @@ class ChunkParser:
         # ... then the two counted fields from the prefix of the lines that matched.
         lines = pc.if_else(pa.array(matched), strings, pa.scalar(None, pa.string()))
         groups = pc.extract_regex(lines, PREFIX_PATTERN_RE2)
-        ip_code, ip_present = _distinct(pc.struct_field(groups, "ip"), self._ip_codes, self._ip)
+        ip_text = pc.struct_field(groups, "ip")
+        # A text longer than any IP is rejected before it is dictionary-encoded or remembered.
+        too_long = _mask(pc.greater(pc.utf8_length(ip_text), _LONGEST_IP_TEXT))
+        if too_long.any():
+            ip_text = pc.if_else(pa.array(too_long), pa.scalar("", pa.string()), ip_text)
+        ip_code, ip_present = _distinct(ip_text, self._ip_codes, self._ip)
         times, time_present = _distinct(pc.struct_field(groups, "time"), self._times, self._time_ms)
         ip_ok = ip_present & (ip_code >= 0)
         time_ok = time_present & (times % 1000 == 0)

@@ -145,11 +145,12 @@ class JobSettings:
     # corrections (same transaction as the batch). Needs the checkpoint readable from Python
     # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
     late_corrections: bool = True
-    # Restart strategy (like Flink's fixed-delay): a failed query is restarted inside the running
-    # driver up to this many times, this long apart. Fatal failures (fenced, config, a checkpoint
-    # that does not match the sink) stop at once.
+    # Restart strategy (Flink's failure-rate): a failed query is restarted in the driver, this long
+    # apart, up to restart_attempts times within restart_window_seconds (0: the job's whole life).
+    # Fatal failures (fenced, config, sink history, data loss with failOnDataLoss) stop at once.
     restart_attempts: int = 3
     restart_delay_seconds: float = 10.0
+    restart_window_seconds: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -360,6 +361,11 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
         fail("job", "restart_attempts", "must be 0 (no restarts) or more")
     if s.job.restart_delay_seconds < 0:
         fail("job", "restart_delay_seconds", "must not be negative")
+    job = s.job
+    most = job.restart_attempts * job.restart_delay_seconds
+    if job.restart_window_seconds < 0 or 0 < job.restart_window_seconds <= most:
+        why = f"must be 0 (the job's life) or over attempts x delay ({most:g}s): a crash loop"
+        fail("job", "restart_window_seconds", f"{why} must stop after job.restart_attempts")
     if s.broker.start_timeout_seconds <= 0:
         fail("broker", "start_timeout_seconds", "must be positive")
     if s.kafka.broker_quirks not in ("auto", "noida-db", "none"):

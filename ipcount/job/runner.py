@@ -1,5 +1,6 @@
 """Running the job in the driver: start the queries, watch them, stop on a signal or a timeout,
-restart failed queries in-process (Flink's fixed-delay strategy); fatal failures stop at once."""
+restart failed queries in-process (Flink's failure-rate strategy: at most job.restart_attempts
+restarts within job.restart_window_seconds); fatal failures stop at once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ipcount.checkpoint.offset_log import local_path
 from ipcount.config import Settings
 from ipcount.job.pipeline import Prepared, preflight, prepare_start, start_job
+from ipcount.job.restarts import RestartBudget
 from ipcount.job.running import JobQueries
 
 __all__ = ["run_job", "is_fatal", "short_error"]
@@ -27,8 +29,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Failures no restart can cure: restarting would fence the newer job, repeat a config error, or
-# write on over a hole in the sink's history.
+# Data loss with failOnDataLoss=true: the source's DataLossError, or its older SourceError text.
+_DATA_LOSS = ("DataLossError", "failOnDataLoss=false to ")
+# Failures no restart can cure: restarting would fence the newer job, repeat a config error,
+# write on over a hole in the sink's history; nor can it bring back records deleted unread.
 _FATAL = (
     "ipcount.errors.FatalKafkaError",
     "ipcount.errors.SinkHistoryError",
@@ -40,6 +44,7 @@ _FATAL = (
     "SchemaError:",
     # Spark's own check that another query writes this checkpoint: the other job owns it.
     "CONCURRENT_STREAM_LOG_UPDATE",
+    *_DATA_LOSS,
 )
 
 
@@ -58,13 +63,16 @@ def short_error(exc: BaseException) -> str:
 
 
 class _Watch:
-    """The wait loop's state: the stop request, the deadline, the restarts made."""
+    """The wait loop's state: the stop request, the deadline, the restart budget."""
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: float | None, settings: Settings) -> None:
         self.stop = threading.Event()
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.timeout = timeout
-        self.restarts = 0
+        job = settings.job
+        self.budget = RestartBudget(
+            job.restart_attempts, job.restart_window_seconds, time.monotonic
+        )
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
@@ -127,7 +135,8 @@ def run_job(
     metrics_port: int | None = None,
 ) -> int:
     """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails
-    for good (fatal, or more than job.restart_attempts restarts).
+    for good (fatal, or more than job.restart_attempts restarts within
+    job.restart_window_seconds).
 
     `metrics_port`: serve /metrics and /healthz there (None: metrics.port; 0: off).
 
@@ -171,7 +180,9 @@ def _run(
     for listener in listeners:
         session.streams.addListener(listener)
     metrics = observed.metrics if observed is not None else None
-    watch = _Watch(timeout)
+    watch = _Watch(timeout, settings)
+    if metrics is not None:
+        metrics.restart_budget(watch.budget.left)
     previous: dict[int, Any] = {}
 
     def _request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -191,7 +202,7 @@ def _run(
             available_now=available_now,
             checked=True,
             close_all_windows=close_all_windows,
-            new_query=new_query and watch.restarts == 0,
+            new_query=new_query and watch.budget.total == 0,
             prepared=ahead,
         )
 
@@ -258,31 +269,38 @@ def _restart_allowed(
 ) -> bool:
     """Decide on one failure; sleeps the restart delay (interruptible) when restarting.
     `metrics`: the job's JobMetrics (None: off), told about the failure and the restart."""
-    attempts = settings.job.restart_attempts
+    budget = watch.budget
     # A query's exception holds the JVM-wrapped trace with the Python class; an error raised here
     # (starting the dead-letter query) has its class only in its type.
     text = f"{type(error).__name__}: {error}"
-    restarting = not is_fatal(text) and watch.restarts < attempts
+    fatal = is_fatal(text)
+    restarting = not fatal and budget.take()
+    delay = settings.job.restart_delay_seconds
     if metrics is not None:
-        delay = settings.job.restart_delay_seconds if restarting else None
-        metrics.failed(short_error(error), delay)
-    if is_fatal(text):
-        logger.error("fatal failure, not restarting: %s", short_error(error))
-        return False
-    if watch.restarts >= attempts:
+        metrics.failed(short_error(error), delay if restarting else None)
+    if fatal and any(marker in text for marker in _DATA_LOSS):
         logger.error(
-            "the query failed after %d restart(s) (job.restart_attempts = %d): stopping",
-            watch.restarts,
-            attempts,
+            "data loss, not restarting (a restart cannot bring deleted records back): %s",
+            short_error(error),
         )
         return False
-    watch.restarts += 1
-    delay = settings.job.restart_delay_seconds
+    if fatal:
+        logger.error("fatal failure, not restarting: %s", short_error(error))
+        return False
+    if not restarting:
+        logger.error(
+            "the query failed after %d restart(s) in the window (%s): stopping",
+            budget.made(),
+            budget.describe(),
+        )
+        return False
     logger.warning(
-        "restarting the query in %gs (restart %d of %d, job.restart_attempts) after: %s",
+        "restarting the query in %gs (restart %d of %d, %d left; %s) after: %s",
         delay,
-        watch.restarts,
-        attempts,
+        budget.made(),
+        budget.attempts,
+        budget.left(),
+        budget.describe(),
         short_error(error),
     )
     if watch.stop.wait(delay) or watch.expired():

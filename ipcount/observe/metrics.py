@@ -148,6 +148,11 @@ class JobMetrics:
         self.restarts = Counter(
             "ipcount_query_restarts", "In-process query restarts (job.restart_attempts)", registry=r
         )
+        self.restarts_left = Gauge(
+            "ipcount_query_restarts_left",
+            "Restarts left in the window (job.restart_attempts within job.restart_window_seconds)",
+            registry=r,
+        )
         self.up = Gauge("ipcount_query_up", "1 while every query of the job runs", registry=r)
         self.last_progress = Gauge(
             "ipcount_last_progress_timestamp_seconds",
@@ -168,6 +173,10 @@ class JobMetrics:
             self._running, self._failure, self._restart_at = True, None, None
             self._since = max(self._since, self._clock())
         self.up.set(1)
+
+    def restart_budget(self, left: Callable[[], int]) -> None:
+        """Where the restart strategy says how many restarts are left in its window now."""
+        self.restarts_left.set_function(left)
 
     def failed(self, reason: str, restart_delay: float | None) -> None:
         """A query failed; `restart_delay`: seconds until the restart is due (None: no restart).

@@ -63,6 +63,12 @@ def test_role_tables_do_not_leak_between_roles() -> None:
         ({}, ["metrics.host="], "metrics.host must name an address to listen on"),
         ({}, ["metrics.stall_triggers=0"], "metrics.stall_triggers must be at least 1"),
         ({}, ["metrics.lag_poll_seconds=0"], "metrics.lag_poll_seconds must be positive"),
+        ({}, ["job.restart_window_seconds=-1"], "job.restart_window_seconds must be 0"),
+        (
+            {},
+            ["job.restart_window_seconds=25"],  # 3 restarts 10 s apart never fill 25 s
+            "job.restart_window_seconds must be 0 (the job's life) or over attempts x delay (30s)",
+        ),
     ],
 )
 def test_bad_settings_give_one_clear_message(

@@ -84,12 +84,17 @@ def _run_job(monkeypatch: pytest.MonkeyPatch, delay: float) -> tuple[int, JobMet
 
 
 def _run_runner(
-    monkeypatch: pytest.MonkeyPatch, start_job: Any, delay: float
+    monkeypatch: pytest.MonkeyPatch,
+    start_job: Any,
+    delay: float,
+    overrides: tuple[str, ...] = (),
 ) -> tuple[int, JobMetrics]:
     """runner._run with `start_job` in place of Spark's queries; its exit code and metrics."""
     monkeypatch.setattr(runner, "start_job", start_job)
     settings = load_settings(
-        env={}, overrides=[f"job.restart_delay_seconds={delay}"], use_default_path=False
+        env={},
+        overrides=[f"job.restart_delay_seconds={delay}", *overrides],
+        use_default_path=False,
     )
     streams = SimpleNamespace(addListener=lambda _: None, removeListener=lambda _: None)
     metrics = JobMetrics()
@@ -165,3 +170,142 @@ def test_a_fatal_failure_to_start_the_dead_letter_query_stops_the_job(
     )
     assert (code, len(started)) == (1, 1)
     assert _restarts(metrics) == 0
+
+
+class _Clock:
+    """A monotonic clock the test moves; stands in for the runner's `time` module."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
+def _run_failing(
+    monkeypatch: pytest.MonkeyPatch, failed_at: list[float], overrides: tuple[str, ...] = ()
+) -> tuple[int, JobMetrics, list[Any]]:
+    """The runner's loop, without Spark, on an injected clock: the query started n-th fails at
+    `failed_at[n]` seconds (clock time), the one after the last ends cleanly."""
+    clock = _Clock()
+    monkeypatch.setattr(runner, "time", clock)
+    started: list[Any] = []
+
+    def start_job(*args: Any, **kwargs: Any) -> JobQueries:
+        n = len(started)
+        if n < len(failed_at):
+            clock.now = failed_at[n]
+        started.append(f"SourceError: broker went away ({n})" if n < len(failed_at) else None)
+        return JobQueries(counts=_Query(started[-1]))
+
+    code, metrics = _run_runner(monkeypatch, start_job, 0, overrides)
+    return code, metrics, started
+
+
+def _left(metrics: JobMetrics) -> float | None:
+    return metrics.registry.get_sample_value("ipcount_query_restarts_left")
+
+
+DAY = 86400.0
+
+
+def test_transient_failures_weeks_apart_never_add_up_to_a_stop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job that lives through five rolling broker upgrades, a week apart, is restarted each time:
+    the budget (3 restarts) counts within job.restart_window_seconds, not over the job's life."""
+    caplog.set_level("WARNING", logger="ipcount.job.runner")
+    code, metrics, started = _run_failing(monkeypatch, [w * 7 * DAY for w in range(1, 6)])
+    assert (code, len(started)) == (0, 6)
+    assert _restarts(metrics) == 5
+    assert _left(metrics) == 2  # the last restart is the only one in the window
+    lines = [r.getMessage() for r in caplog.records if "restarting the query" in r.getMessage()]
+    assert len(lines) == 5
+    assert "2 left" in lines[-1], lines[-1]
+
+
+def test_a_query_that_keeps_failing_stops_after_the_budget(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The seed's shape by default: a fourth failure within the window stops the job (exit 1)."""
+    caplog.set_level("WARNING", logger="ipcount.job.runner")
+    code, metrics, started = _run_failing(monkeypatch, [0.0, 12.0, 24.0, 36.0, 48.0])
+    assert (code, len(started)) == (1, 4)
+    assert _restarts(metrics) == 3
+    assert _left(metrics) == 0
+    text = caplog.text
+    assert "0 left" in text
+    assert "failed after 3 restart(s)" in text and "job.restart_window_seconds" in text
+
+
+def test_a_restart_leaves_the_window_after_restart_window_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three restarts in a row, then a failure just past the first restart's window: restarted
+    (the first one left the window); one more at once: three in the window, stop."""
+    window = 600.0
+    code, metrics, started = _run_failing(
+        monkeypatch,
+        [0.0, 10.0, 20.0, window + 0.5, window + 1.0],
+        overrides=(f"job.restart_window_seconds={window}",),
+    )
+    assert (code, len(started)) == (1, 5)
+    assert _restarts(metrics) == 4
+
+
+def test_a_window_of_zero_counts_restarts_over_the_job_s_life(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """job.restart_window_seconds = 0: Flink's fixed-delay strategy (the seed's behaviour)."""
+    code, metrics, started = _run_failing(
+        monkeypatch, [w * 7 * DAY for w in range(1, 6)], overrides=("job.restart_window_seconds=0",)
+    )
+    assert (code, len(started)) == (1, 4)
+
+
+# What a read task's data-loss failure looks like to the driver (the JVM wraps the Python error).
+DATA_LOSS = (
+    "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: Job aborted due to "
+    "stage failure: ... org.apache.spark.api.python.PythonException: Traceback ...\n"
+    '  File "/x/ipcount/source/partition_reader.py", line 244, in _handle_read_error\n'
+    "ipcount.errors.{name}: data loss in ip_count_source/0 while reading 1139-6000: offsets "
+    "1139-2973 were deleted (log now starts at 2974). Set option failOnDataLoss=false to skip "
+    "lost offsets\n\tat org.apache.spark.api.python..."
+)
+
+
+@pytest.mark.parametrize("name", ["SourceError", "DataLossError"])
+def test_data_loss_stops_the_job_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    """failOnDataLoss=true: a restart cannot bring deleted records back, so the job exits 1 at
+    once (no restart, no delay) with one message that says what was lost and how to go on."""
+    caplog.set_level("ERROR", logger="ipcount.job.runner")
+    started: list[Any] = []
+
+    def start_job(*args: Any, **kwargs: Any) -> JobQueries:
+        started.append(object())
+        return JobQueries(counts=_Query(DATA_LOSS.format(name=name) if len(started) == 1 else None))
+
+    t0 = time.monotonic()
+    code, metrics = _run_runner(monkeypatch, start_job, 30)
+    assert time.monotonic() - t0 < 5  # no restart delay
+    assert (code, len(started)) == (1, 1)
+    assert _restarts(metrics) == 0
+    stops = [r.getMessage() for r in caplog.records if "not restarting" in r.getMessage()]
+    assert len(stops) == 1 and "offsets 1139-2973 were deleted" in stops[0], stops
+    assert "failOnDataLoss=false" in stops[0]
+
+
+def test_the_driver_s_data_loss_check_is_fatal_too() -> None:
+    """The driver's check when it plans a batch (source/reader.py), raised in Spark's Python source."""
+    assert is_fatal(
+        "ipcount.errors.SourceError: data loss: partition ip_count_source/0: offsets 1139-2973 "
+        "were deleted before they were read (log now starts at 2974). Set option "
+        "failOnDataLoss=false to continue past it"
+    )
+    assert is_fatal("DataLossError: partition ip_count_source/0: offsets 1139-2973 were deleted")

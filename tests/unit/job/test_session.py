@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ipcount.config import Settings, load_settings
+from ipcount.errors import ConfigError
 from ipcount.job.session import (
     CONF_DIR,
     DEFAULTS_FILE,
@@ -63,7 +64,6 @@ def test_spark_defaults_agrees_with_ipcount_settings() -> None:
         "spark.sql.execution.arrow.pyspark.enabled",
         "spark.python.worker.reuse",
         "spark.driver.memory",
-        "spark.hadoop.fs.file.impl",
         "spark.hadoop.fs.AbstractFileSystem.file.impl",
     ):
         assert key in shared, key
@@ -183,3 +183,22 @@ def test_log4j_loggers_name_classes_that_exist() -> None:
     assert names
     missing = [n for n in names if n not in classes]
     assert not missing, missing
+
+
+def test_a_raw_local_file_system_for_rocksdb_is_refused_with_the_reason() -> None:
+    """fs.file.impl = RawLocalFileSystem makes every RocksDB snapshot upload fail (a cast to
+    LocalFileSystem): the changelog grows forever and a bounded run fails near batch 50."""
+    raw = "org.apache.hadoop.fs.RawLocalFileSystem"
+    settings = load_settings(
+        None, env={}, overrides=[f"spark.conf.spark.hadoop.fs.file.impl={raw}"],
+        use_default_path=False,
+    )
+    with pytest.raises(ConfigError, match=r"spark.hadoop.fs.file.impl.*snapshot"):
+        session_conf(settings)
+    # The HDFS-backed store does not copy files that way: allowed there.
+    hdfs = load_settings(
+        None, env={},
+        overrides=[f"spark.conf.spark.hadoop.fs.file.impl={raw}", "spark.state_store=hdfs"],
+        use_default_path=False,
+    )
+    assert session_conf(hdfs)["spark.hadoop.fs.file.impl"] == raw

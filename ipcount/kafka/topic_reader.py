@@ -132,7 +132,7 @@ class TopicReader:
                 # This consumer's own query answers the last stable offset under read_committed,
                 # which is where a new read_committed reader starts.
                 self._next = {
-                    p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1]
+                    p: partition_offsets(self._consumer, topic, p, timeout)[1]
                     for p in self.partitions
                 }
         except KafkaException as exc:
@@ -232,14 +232,10 @@ class TopicReader:
         One ListOffsets request per partition."""
         for p, pos in self.positions().items():
             try:
-                _, end = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False
-                )
-            except KafkaException as exc:
+                _, end = partition_offsets(self._consumer, self.topic, p, self.timeout)
+            except BrokerError as exc:
                 if strict:
-                    raise BrokerError(
-                        f"cannot query the end of {self.topic}[{p}]: {describe_kafka_error(exc)}"
-                    ) from exc
+                    raise
                 logger.debug("end offset of %s/%d unknown: %s", self.topic, p, exc)
                 return False
             if pos < end:

@@ -10,11 +10,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ipcount.errors import SinkError
-from ipcount.kafka.client import describe_kafka_error
+from ipcount.errors import BrokerError, SinkError
 from ipcount.kafka.topic_reader import consumer_conf
+from ipcount.kafka.watermarks import partition_offsets
 from ipcount.sink.history import POSITION_KEY, lost_commit, read_markers
 
 __all__ = ["StaleSession", "check_still_committed"]
@@ -139,11 +139,10 @@ def _end_offset(
     """The partition's end for `isolation`: read_committed answers the last stable offset."""
     consumer = Consumer(consumer_conf(conf, isolation))
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout)[1])
-    except KafkaException as exc:
-        raise SinkError(
-            f"cannot read the end of {topic}[{partition}]: {describe_kafka_error(exc)}"
-        ) from exc
+        # A leader move (FENCED_LEADER_EPOCH, NOT_LEADER...) costs a metadata refresh and a retry.
+        return partition_offsets(consumer, topic, partition, timeout)[1]
+    except BrokerError as exc:
+        raise SinkError(str(exc)) from exc
     finally:
         consumer.close()
 

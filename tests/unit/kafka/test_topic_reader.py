@@ -55,7 +55,7 @@ class _SlowFetchConsumer:
         self.waited = 0
         self.assigns = 0
 
-    def list_topics(self, timeout: float = 0) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
         part = type("P", (), {})()
         tmd = type("T", (), {"partitions": {0: part}, "error": None})()
         return type("M", (), {"topics": {TOPIC: tmd}})()
@@ -134,6 +134,7 @@ def test_caught_up_only_at_the_end_and_says_when_the_end_is_unknown(
             raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
 
         monkeypatch.setattr(reader._consumer, "get_watermark_offsets", unreachable)
+        reader.timeout = 0.3  # a broker down for good: retried (a leader move) until then
         with pytest.raises(BrokerError, match=rf"cannot query the end of {TOPIC}\[0\]"):
             reader.caught_up()
 

@@ -1,10 +1,13 @@
 """The driver's HTTP endpoint: /metrics (Prometheus text via prometheus_client) and /healthz, plus
-the lag poller that keeps ipcount_source_lag_records fresh between micro-batches."""
+the lag poller that keeps ipcount_source_lag_records fresh between micro-batches and the watch on
+the state store's files (ipcount_state_store_*, and /healthz's "degraded" when snapshots stop)."""
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -14,9 +17,15 @@ from ipcount.config import Settings
 from ipcount.observe.hosts import host_port
 from ipcount.observe.httpserve import HttpLimits, HttpServer, http_limits
 from ipcount.observe.metrics import JobMetrics, TopicPartition
+from ipcount.observe.state_store import (
+    SnapshotRule,
+    StateStoreFigures,
+    StateStorePoller,
+    list_local_state,
+)
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY
 
-__all__ = ["MetricsServer", "LagPoller", "Observability"]
+__all__ = ["MetricsServer", "LagPoller", "Observability", "state_store_poller"]
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +183,34 @@ class LagPoller:
         return self._start
 
 
+def _spark_seconds(text: str, default: float) -> float:
+    """A Spark time setting ("60s", "1m", "500ms", or bare milliseconds) in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", text or "")
+    if m is None:
+        return default
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2) or "ms"]
+    return float(m.group(1)) * scale
+
+
+def state_store_poller(
+    settings: Settings, report: Callable[[StateStoreFigures, str], None]
+) -> StateStorePoller:
+    """The watch on the counting query's state store, with Spark's snapshot settings."""
+    conf = settings.spark.conf
+    deltas = conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")
+    maintenance = _spark_seconds(
+        conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s"), 60.0
+    )
+    rule = SnapshotRule.from_spark(int(deltas) if deltas.isdigit() else 10, maintenance)
+    checkpoint = settings.job.checkpoint_location
+    return StateStorePoller(
+        lambda: list_local_state(checkpoint),
+        rule,
+        report,
+        interval=min(30.0, max(1.0, maintenance)),
+    )
+
+
 def _checkpoint_positions(checkpoint: str) -> dict[TopicPartition, int] | None:
     """The end offsets of the last batch Spark's commit log marks done, if any."""
     from ipcount.checkpoint.offset_log import OffsetLog
@@ -205,6 +242,7 @@ class Observability:
         self.settings, self.port = settings, port
         self._server: MetricsServer | None = None
         self._poller: LagPoller | None = None
+        self._state: StateStorePoller | None = None
 
     @classmethod
     def maybe(cls, settings: Settings, port: int | None) -> Observability | None:
@@ -223,11 +261,14 @@ class Observability:
         limits = http_limits(self.settings.http)
         self._server = MetricsServer(self.metrics, host, self.port, limits).start()
         self._poller = LagPoller(self.settings, self.metrics).start()
+        self._state = state_store_poller(self.settings, self.metrics.state_store).start()
         return self
 
     def stop(self) -> None:
         self.metrics.stopping()
         if self._poller is not None:
             self._poller.stop()
+        if self._state is not None:
+            self._state.stop()
         if self._server is not None:
             self._server.stop()

@@ -22,6 +22,8 @@ class HealthFacts:
             queries, or the moment input started to wait, whichever is latest.
         lag: records waiting in the source (None: unknown, e.g. the brokers do not answer).
         lag_error: why the lag is unknown.
+        degraded: why the job, though making progress, cannot go on like this for long (e.g.
+            its state snapshots have stopped); "" when nothing is wrong.
     """
 
     now: float
@@ -32,6 +34,7 @@ class HealthFacts:
     since: float = 0.0
     lag: int | None = 0
     lag_error: str = ""
+    degraded: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,9 @@ def judge_health(facts: HealthFacts, stall_seconds: float) -> Health:
             (metrics.stall_triggers x the trigger interval).
 
     Returns:
-        503 when the job stopped, a query failed (also while a restart is pending), or records
-        have waited longer than `stall_seconds` without a finished micro-batch; 200 otherwise.
+        503 when the job stopped, a query failed (also while a restart is pending), records
+        have waited longer than `stall_seconds` without a finished micro-batch, or the job is
+        degraded (its reason follows "degraded: "); 200 otherwise.
     """
     if facts.stopping:
         return Health(False, "stopped: the job was asked to stop")
@@ -70,6 +74,8 @@ def judge_health(facts: HealthFacts, stall_seconds: float) -> Health:
             return Health(False, f"query failed: {why}")
         return Health(False, "starting: the queries are not running yet")
     quiet = max(0.0, facts.now - facts.since)
+    if facts.degraded and (quiet <= stall_seconds or facts.lag == 0):
+        return Health(False, f"degraded: {facts.degraded}")
     if quiet <= stall_seconds:
         return Health(True, f"ok: running, lag {_lag_text(facts)}")
     if facts.lag is None:

@@ -50,3 +50,14 @@ def test_health_answers(facts: HealthFacts, status: int, says: str) -> None:
     assert health.status == status
     assert says in health.reason
     assert "\n" not in health.reason
+
+
+def test_a_degraded_job_says_why_unless_a_stall_says_more() -> None:
+    why = "state snapshots are not being written: store 0/1 has 432 versions"
+    running = HealthFacts(now=100.0, running=True, since=95.0, lag=10, degraded=why)
+    health = judge_health(running, stall_seconds=60.0)
+    assert (health.status, health.reason) == (503, f"degraded: {why}")
+    stalled = HealthFacts(now=500.0, running=True, since=95.0, lag=10, degraded=why)
+    assert judge_health(stalled, stall_seconds=60.0).reason.startswith("stalled:")
+    fine = HealthFacts(now=100.0, running=True, since=95.0, lag=10)
+    assert judge_health(fine, stall_seconds=60.0).status == 200

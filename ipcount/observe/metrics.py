@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from ipcount.observe.health import Health, HealthFacts, judge_health
 from ipcount.observe.progress import summarize_progress
+from ipcount.observe.state_store import StateStoreFigures
 from ipcount.queries import COUNTS_QUERY
 
 __all__ = ["JobMetrics", "MetricsListener", "BATCH_BUCKETS"]
@@ -154,6 +155,28 @@ class JobMetrics:
             registry=r,
         )
         self.up = Gauge("ipcount_query_up", "1 while every query of the job runs", registry=r)
+        self._degraded = ""
+        self.state = {
+            key: Gauge(f"ipcount_state_store_{key}", text, registry=r)
+            for key, text in (
+                ("bytes", "Bytes of the counting query's state store in the checkpoint"),
+                ("files", "Files of the counting query's state store in the checkpoint"),
+                ("changelog_files", "Changelog (or delta) files of the state store"),
+                ("snapshot_files", "Snapshot files of the state store"),
+                (
+                    "snapshot_version",
+                    "The last snapshot's version in the store partition "
+                    "furthest from one (0: none yet)",
+                ),
+                ("snapshot_lag_versions", "Versions written since that snapshot"),
+                (
+                    "snapshot_age_seconds",
+                    "Seconds since the first version after that snapshot "
+                    "was written (0: nothing since it)",
+                ),
+                ("degraded", "1 while state snapshots are not being written (see /healthz)"),
+            )
+        }
         self.last_progress = Gauge(
             "ipcount_last_progress_timestamp_seconds",
             "Unix time of the counting query's last finished micro-batch (0: none yet)",
@@ -235,6 +258,25 @@ class JobMetrics:
         if s["lag"] is not None:
             self.set_lag({tp: max(0, n) for tp, n in s["lag_by_partition"].items()})
 
+    # --- the state store poller ---------------------------------------------------------------
+
+    def state_store(self, figures: StateStoreFigures, problem: str) -> None:
+        """The state store's files now, and why it is degraded ("" when it is not)."""
+        since = figures.unsnapshotted_since
+        for key, value in (
+            ("bytes", figures.bytes),
+            ("files", figures.files),
+            ("changelog_files", figures.changelogs),
+            ("snapshot_files", figures.snapshots),
+            ("snapshot_version", figures.snapshot_version),
+            ("snapshot_lag_versions", figures.lag_versions),
+            ("snapshot_age_seconds", 0.0 if since is None else max(0.0, self._wall() - since)),
+            ("degraded", 1 if problem else 0),
+        ):
+            self.state[key].set(value)
+        with self._lock:
+            self._degraded = problem
+
     # --- the lag poller -----------------------------------------------------------------------
 
     def set_lag(self, lag: Mapping[TopicPartition, int] | None, error: str = "") -> None:
@@ -270,6 +312,7 @@ class JobMetrics:
                 since=since,
                 lag=self._lag,
                 lag_error=self._lag_error,
+                degraded=self._degraded,
             )
         return judge_health(facts, self.stall_seconds)
 

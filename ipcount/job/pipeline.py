@@ -16,6 +16,7 @@ from ipcount.job.running import JobQueries
 from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.topics import missing_topics
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS
+from ipcount.sink.dead_letters import dead_letter_record_bytes
 from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.txn_config import default_transactional_id
@@ -288,12 +289,6 @@ def _start_dead_letter(
         cores=spark.sparkContext.defaultParallelism,
     )
     bad = spark.readStream.format("ipcount-kafka").options(**opts).load()
-    # A dead letter must be writable whatever the source held (a record near the broker's size
-    # limit would fail the transaction on every replay): long ones are cut, their headers say
-    # how long they were and where the whole record is.
-    limit = settings.job.dead_letter_max_bytes
-    size = F.octet_length(F.col("value"))
-    cut = F.coalesce(size > F.lit(limit), F.lit(False))
     where = F.concat(
         F.col("topic"),
         F.lit("/"),
@@ -302,15 +297,7 @@ def _start_dead_letter(
         F.col("offset").cast("string"),
     )
     writer = (
-        bad.select(
-            F.col("key"),
-            F.when(cut, F.substring(F.col("value"), 1, limit))
-            .otherwise(F.col("value"))
-            .alias("value"),
-            F.col("reason"),
-            where.alias("source"),
-            F.when(cut, size.cast("long")).alias("original_size"),
-        )
+        bad.select(F.col("key"), F.col("value"), F.col("reason"), where.alias("source"))
         .writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
         .queryName(DEAD_LETTER_QUERY)
@@ -323,6 +310,11 @@ def _start_dead_letter(
                 mode="raw",
                 checkpoint=absolute_location(checkpoint),
                 run_id=run_id,
+                # A dead letter must be writable whatever the source held (one that cannot be
+                # produced would fail the transaction on every replay): the writer bounds its key,
+                # value and headers, and its headers say what was cut and where the whole is.
+                max_record_bytes=dead_letter_record_bytes(settings),
+                max_value_bytes=settings.job.dead_letter_max_bytes,
             )
         )
     )

@@ -23,6 +23,16 @@ T = TypeVar("T")
 # librdkafka reports a fenced producer as _FENCED (fatal); the broker codes behind it too.
 _FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _BACKOFF_START, _BACKOFF_MAX = 0.1, 2.0
+# Errors about one record's content (its size, its form): a retry of the batch meets the same
+# record and fails the same way, so they stop the job at once with what to change.
+_CONTENT_CODES = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG_SIZE,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_TIMESTAMP,
+}
 
 
 class TxnCalls:
@@ -120,6 +130,15 @@ class TxnCalls:
         self._in_transaction = False
         producer = self._producer
         self._call("abort_transaction", lambda t: producer.abort_transaction(t))
+        if isinstance(err, KafkaError) and err.code() in _CONTENT_CODES:
+            raise FatalKafkaError(
+                f"{op} for batch {batch_id}: Kafka refused a record of topic "
+                f"{self.config.topic!r} for its content; its transaction was aborted, and every "
+                "retry would meet the same record, so the job stops. Make the largest record "
+                "fit: raise the topic's max.message.bytes or kafka.producer.message.max.bytes, "
+                "or lower job.dead_letter_max_bytes",
+                err,
+            ) from exc
         raise TransactionAbortedError(
             f"{op} for batch {batch_id} failed; its transaction was aborted, nothing of it is "
             "visible to read_committed readers, and the batch can be retried",

@@ -14,6 +14,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from ipcount.config import Settings, SinkSettings
 from ipcount.errors import ConfigError, SchemaError
 from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_codec
+from ipcount.sink.dead_letters import DeadLetterLimits, bound_record, message_max_bytes
 from ipcount.sink.txn import abort_open_transaction, session_for
 from ipcount.sink.txn_config import Record, TxnConfig, default_transactional_id, new_run_id
 from ipcount.worker_gc import freeze_long_lived
@@ -28,6 +29,7 @@ QUERY_ID, RUN_ID, TRANSACTIONAL_ID = "queryId", "runId", "transactionalId"
 MODE, WIRE_FORMAT, SCHEMA_REGISTRY_URL = "mode", "wireFormat", "schemaRegistryUrl"
 TRANSACTION_TIMEOUT_MS, RETRY_DEADLINE_SECONDS = "transactionTimeoutMs", "retryDeadlineSeconds"
 QUERY_CHECKPOINT = "queryCheckpoint"
+MAX_RECORD_BYTES, MAX_VALUE_BYTES = "maxRecordBytes", "maxValueBytes"
 
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
 _SPARK_TYPES: dict[str, tuple[type[T.DataType], ...]] = {
@@ -42,19 +44,14 @@ _RAW_COLUMNS: dict[str, tuple[type[T.DataType], ...]] = {
     "key": (T.BinaryType, T.StringType),
     "value": (T.BinaryType, T.StringType),
 }
-# Raw mode may carry why a record is there, where it came from and, when it was cut, how long it
-# was (the dead letters): each becomes a Kafka header.
+# Raw mode may carry why a record is there and where it came from (the dead letters): each
+# becomes a Kafka header. What was cut to fit is said by headers of sink.dead_letters.
 _RAW_OPTIONAL: dict[str, tuple[type[T.DataType], ...]] = {
     "reason": (T.StringType,),
     "source": (T.StringType,),
-    "original_size": (T.LongType, T.IntegerType),
 }
 REASON_HEADER = "ipcount.reason"
-HEADERS = {
-    "reason": REASON_HEADER,
-    "source": "ipcount.source",
-    "original_size": "ipcount.original.size",
-}
+HEADERS = {"reason": REASON_HEADER, "source": "ipcount.source"}
 # Arrow timestamp unit -> divisor to epoch milliseconds (Avro timestamp-millis).
 _TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
 
@@ -68,6 +65,8 @@ def sink_options(
     run_id: str | None = None,
     late_topic: str | None = None,
     checkpoint: str | None = None,
+    max_record_bytes: int | None = None,
+    max_value_bytes: int | None = None,
 ) -> dict[str, str]:
     """The writeStream options for this sink from ipcount settings (the one place they are mapped).
 
@@ -79,6 +78,8 @@ def sink_options(
         run_id: identifies this start of the job (default: a new one, see `new_run_id`).
         late_topic: where rows with late=true (corrections) go, in the same transaction.
         checkpoint: the query's checkpointLocation, for the sink's history checks and receipts.
+        max_record_bytes: raw mode: the largest record to write (default the producer's
+            message.max.bytes); max_value_bytes: raw mode: longer values are cut to it.
     """
     k, s = settings.kafka, settings.sink
     opts = {
@@ -97,6 +98,10 @@ def sink_options(
         opts[LATE_TOPIC] = late_topic
     if checkpoint:
         opts[QUERY_CHECKPOINT] = checkpoint
+    if max_record_bytes is not None:
+        opts[MAX_RECORD_BYTES] = str(max_record_bytes)
+    if max_value_bytes is not None:
+        opts[MAX_VALUE_BYTES] = str(max_value_bytes)
     opts.update({f"kafka.{key}": value for key, value in k.client.items()})
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
@@ -110,7 +115,8 @@ class KafkaTxnDataSource(DataSource):
     `late` column go there, in the same transaction); queryCheckpoint (the query's
     checkpointLocation: markers record each batch's source offsets, commit receipts are kept
     there, and both are checked against each other, see sink.history); transactionalId (default
-    ipcount-<queryId>),
+    ipcount-<queryId>); maxRecordBytes, maxValueBytes (raw mode: every record is bounded to fit,
+    see sink.dead_letters),
     transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
     ('counts' | 'raw'); kafka.<key> (producer and consumer), kafka.producer.<key>,
     kafka.consumer.<key> (librdkafka settings).
@@ -131,7 +137,7 @@ class KafkaTxnCommitMessage(WriterCommitMessage):
     partition_id: int
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
-    # Raw mode with header columns (reason, source, original_size): one per record (else empty).
+    # Raw mode: each record's headers (reason, source, what was cut), or None.
     headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
     # Counts mode: late-count corrections, for the late topic.
     late_keys: list[bytes | None] = field(default_factory=list)
@@ -211,6 +217,15 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             self.mode,
             _COUNTS_OPTIONAL if self.mode == "counts" else _RAW_OPTIONAL,
         )
+        self.limits = (
+            DeadLetterLimits(
+                _number(opts, MAX_RECORD_BYTES, int, None)
+                or message_max_bytes(self.config.producer_conf),
+                _number(opts, MAX_VALUE_BYTES, int, None),
+            )
+            if self.mode == "raw"
+            else None
+        )
         if "late" in self.columns and not self.config.late_topic:
             raise ConfigError(
                 "ipcount-kafka-txn sink: the input has a 'late' column (corrections) but option "
@@ -224,18 +239,8 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         freeze_long_lived()
         ctx = TaskContext.get()
         message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
-        if self.mode == "raw":
-            named = [c for c in HEADERS if c in self.columns]
-            for batch in iterator:
-                message.keys.extend(_bytes_column(batch.column("key")))
-                message.values.extend(_bytes_column(batch.column("value")))
-                if named:
-                    columns = [batch.column(c).to_pylist() for c in named]
-                    message.headers.extend(
-                        [(HEADERS[c], str(v).encode()) for c, v in zip(named, row) if v is not None]
-                        or None
-                        for row in zip(*columns)
-                    )
+        if self.limits is not None:
+            self._write_raw(iterator, message, self.limits)
             return message
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
         late_codec = (
@@ -265,6 +270,25 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                     message.values.append(codec.encode(row))
                     message.keys.append(row[KEY_FIELD].encode("utf-8"))
         return message
+
+    def _write_raw(
+        self, iterator: Iterator[Any], message: KafkaTxnCommitMessage, limits: DeadLetterLimits
+    ) -> None:
+        """Raw mode: each record as it is, its header columns as headers, bounded so it fits
+        whatever it holds (a record that cannot be produced would fail every replay)."""
+        named = [c for c in HEADERS if c in self.columns]
+        for batch in iterator:
+            keys = _bytes_column(batch.column("key"))
+            values = _bytes_column(batch.column("value"))
+            columns = [batch.column(c).to_pylist() for c in named]
+            for key, value, *row in zip(keys, values, *columns, strict=True):
+                headers = [
+                    (HEADERS[c], str(v).encode()) for c, v in zip(named, row) if v is not None
+                ]
+                record = bound_record(key, value, headers, limits)
+                message.keys.append(record.key)
+                message.values.append(record.value)
+                message.headers.append(record.headers or None)  # type: ignore[arg-type]
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Write the batch in one transaction with its progress marker. Runs on the driver."""

@@ -1,4 +1,5 @@
-"""loadgen: the access-record website (`loadgen serve`) and synthetic emitter (`loadgen synth`)."""
+"""loadgen: the access-record website (`loadgen serve`), the synthetic emitter (`loadgen synth`)
+and the pipeline benchmarks (`loadgen bench`, in `loadgen.bench`)."""
 
 from __future__ import annotations
 

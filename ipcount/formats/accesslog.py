@@ -46,9 +46,10 @@ __all__ = [
 # generated hostile lines.
 # A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
 # escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, matched
-# faster by backtracking engines (java.util.regex was ~2.5x faster with it).
+# without a step per character by a backtracking engine such as Python's `re` (`LINE_PATTERN`):
+# ~5x faster on a 400-character request, measured with timeit.
 _QUOTED = r'"([^"\\]*(?:\\[\s\S][^"\\]*)*)"'
-# A run of characters that are neither ASCII whitespace (RE2's and Java's \S; Python's \S
+# A run of characters that are neither ASCII whitespace (RE2's \S; Python's \S
 # also excludes Unicode spaces) nor `"`: $remote_addr and the `-` before $remote_user.
 _FIELD = r'[^ "\t\n\x0B\f\r]+'
 # $remote_user: whatever the client sent as its Basic-auth user name, spaces, `[`, `]` and

@@ -1,6 +1,7 @@
-"""The noida-db local broker: a small binary from PyPI that speaks Kafka's wire protocol. The
-embedded default for the demo and the tests (it needs nothing but pip); see `kraft.py` for
-Apache Kafka."""
+"""The noida-db local broker: a small binary from PyPI that speaks Kafka's wire protocol, the
+JVM-free stand-in (it needs nothing but pip), chosen with `broker.kind = "noida-db"` (env
+IPCOUNT_BROKER_KIND; IPCOUNT_TEST_BROKER=noida-db for the tests). Apache Kafka (`kraft.py`) is the
+default for the demo and the tests."""
 
 from __future__ import annotations
 

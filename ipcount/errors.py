@@ -10,6 +10,7 @@ __all__ = [
     "SchemaError",
     "DecodeError",
     "SourceError",
+    "DataLossError",
     "SinkError",
     "TransactionAbortedError",
     "FatalKafkaError",
@@ -36,6 +37,12 @@ class DecodeError(IpcountError):
 
 class SourceError(IpcountError):
     """The Kafka source cannot continue (missing topic, lost offsets with failOnDataLoss=true)."""
+
+
+class DataLossError(SourceError):
+    """Records of the source were deleted (retention, a re-created topic) before the job read
+    them, with failOnDataLoss=true (job.fail_on_data_loss): no restart can bring them back. Set
+    job.fail_on_data_loss = false to skip exactly the lost offsets and go on."""
 
 
 class BrokerError(IpcountError):

@@ -20,7 +20,14 @@ from pyspark.sql.types import StructType
 
 from ipcount.errors import SourceError
 from ipcount.source.clean_ranges import prune_passed, prune_retired
-from ipcount.source.follow import CountsFollower, plan_followed, unread_clean
+from ipcount.source.counted_batches import (
+    CountedBatch,
+    keep_first_offsets,
+    prune_counted,
+    record_batch,
+)
+from ipcount.source.data_loss import check_data_loss
+from ipcount.source.follow import CountsFollower, follower_start, plan_followed, unread_clean
 from ipcount.source.heartbeats import HeartbeatPlanner
 from ipcount.source.offsets import (
     EARLIEST,
@@ -172,10 +179,24 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- driver ---------------------------------------------------------------------------
 
     def initialOffset(self) -> dict:
+        opts = self.options
+        if opts.counts_checkpoint:
+            # Dead letters start where the counting query's known batches start (follow).
+            found = follower_start(opts.counts_checkpoint)
+            if found is not None:
+                return SourceOffset(found).to_json()
+        resolved = self._starting_offsets()
+        if opts.clean_range_markers and opts.query_checkpoint:
+            # A counting query with dead letters keeps its first offsets: the dead-letter query
+            # starts there, and a replay of its first batch starts there too.
+            return keep_first_offsets(opts.query_checkpoint, resolved)
+        return SourceOffset(resolved).to_json()
+
+    def _starting_offsets(self) -> dict[TopicPartitionKey, int]:
         parts = self._offsets.partitions()
         wanted = self.options.starting_offsets
         if wanted in ("earliest", "latest"):
-            return SourceOffset(self._offsets.offsets(parts, wanted)).to_json()
+            return dict(self._offsets.offsets(parts, wanted))
         if not isinstance(wanted, dict):
             raise SourceError(f"startingOffsets={wanted!r} is not understood")
         missing = [f"{t}/{p}" for t, p in parts if (t, p) not in wanted]
@@ -191,7 +212,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             resolved.update(
                 self._offsets.offsets([tp for tp in parts if wanted[tp] == mark], where)
             )
-        return SourceOffset(resolved).to_json()
+        return resolved
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -208,7 +229,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts = self._offsets.partitions()
         latest = self._offsets.offsets(parts, "latest")
         earliest = self._offsets.offsets(parts, "earliest")
-        effective = self._check_data_loss(begin.offsets, parts, earliest, latest)
+        effective = check_data_loss(
+            self.options, self._offsets, begin.offsets, parts, earliest, latest
+        )
         available = latest
         if self._target is not None:
             # Partitions created after prepareForTriggerAvailableNow wait for the next run.
@@ -223,8 +246,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         verdicts = None
         if self._follower is not None:
             end, verdicts = self._follower.follow(begin.offsets, end)
-            # Batches before `start` are done: their unused clean-range markers go.
+            # Batches before `start` are done: their unused clean-range markers and records go.
             prune_passed(self._follower.checkpoint, begin.offsets)
+            prune_counted(self._follower.checkpoint, begin.offsets)
         self._report = lag_report(latest, end)
         now = self._target is not None
         if any(end[tp] > begin.offsets.get(tp, 0) for tp in end):
@@ -253,55 +277,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             logger.debug("no look at the tails for pacing: %s", exc)
             return None
 
-    def _check_data_loss(
-        self,
-        start: dict[TopicPartitionKey, int],
-        parts: list[TopicPartitionKey],
-        earliest: dict[TopicPartitionKey, int],
-        latest: dict[TopicPartitionKey, int],
-    ) -> dict[TopicPartitionKey, int]:
-        """Where each partition's next batch starts; reports lost offsets as failOnDataLoss says."""
-        effective: dict[TopicPartitionKey, int] = {}
-        for tp in sorted(set(start) - set(parts)):
-            if tp[0] not in self.options.topics:
-                logger.info("topic %s is no longer subscribed; dropping %s/%d", tp[0], *tp)
-                continue
-            self._data_loss(
-                tp, f"partition {tp[0]}/{tp[1]} no longer exists (was at offset {start[tp]})"
-            )
-        beyond = [tp for tp in parts if start.get(tp, 0) > latest[tp]]
-        committed_end = (
-            self._offsets.offsets(beyond, "latest", read_committed=False) if beyond else {}
-        )
-        for tp in parts:
-            pos = start.get(tp, 0)
-            if pos < earliest[tp]:
-                what = "new partition" if tp not in start else "partition"
-                self._data_loss(
-                    tp,
-                    f"{what} {tp[0]}/{tp[1]}: offsets {pos}-{earliest[tp] - 1} were deleted before "
-                    f"they were read (log now starts at {earliest[tp]})",
-                )
-                pos = earliest[tp]
-            elif pos > latest[tp] and pos > committed_end[tp]:
-                self._data_loss(
-                    tp,
-                    f"partition {tp[0]}/{tp[1]}: offset {pos} is beyond the end of the log "
-                    f"({committed_end[tp]}); was the topic deleted and re-created?",
-                )
-                pos = latest[tp]
-            # Else pos may still exceed the last stable offset, held back by an open transaction:
-            # no data loss, the partition just waits at pos.
-            effective[tp] = pos
-        return effective
-
-    def _data_loss(self, tp: TopicPartitionKey, message: str) -> None:
-        if self.options.fail_on_data_loss:
-            raise SourceError(
-                f"data loss: {message}. Set option failOnDataLoss=false to continue past it"
-            )
-        logger.warning("data loss (failOnDataLoss=false, continuing): %s", message)
-
     def reportLatestOffset(self) -> dict | None:
         return self._report
 
@@ -314,7 +289,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         opts = self.options
         split = (opts.min_partitions, opts.max_records_per_partition, opts.min_split_records)
-        late_before, batch_ms = self._batch_marks(end)
+        late_before, batch_ms, batch_id = self._batch_marks(end)
         if finish.verdicts is not None:
             # Dead letters: each record judged at the time of the counting batch that read it.
             followed = plan_followed(begin.offsets, finish.offsets, finish.verdicts, *split)
@@ -327,6 +302,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ]
         else:
             ranges = plan_ranges(begin.offsets, finish.offsets, *split)
+            if opts.clean_range_markers and batch_id is not None:
+                # What the dead-letter query needs of this batch, past Spark's offset-log purge.
+                batch = CountedBatch(batch_id, begin.offsets, finish.offsets, batch_ms or 0)
+                record_batch(opts.query_checkpoint, batch)
             tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
@@ -336,12 +315,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tasks = [KafkaInputPartition(None, hb.ts, late_before, batch_ms)]
         return tasks
 
-    def _batch_marks(self, end: dict) -> tuple[int | None, int | None]:
-        """(the watermark this batch's late records are judged by, the batch's time), both from
-        the offset log (see checkpoint.offset_log), or None without option queryCheckpoint. A
-        replayed batch reads the same entry, so it decides lateness and future the same."""
+    def _batch_marks(self, end: dict) -> tuple[int | None, int | None, int | None]:
+        """(the watermark this batch's late records are judged by, the batch's time, its id), all
+        from the offset log (see checkpoint.offset_log), or None without option queryCheckpoint.
+        A replayed batch reads the same entry, so it decides lateness and future the same."""
         if not self.options.query_checkpoint:
-            return None, None
+            return None, None, None
         from ipcount.checkpoint.offset_log import OffsetLog
 
         marks = OffsetLog(self.options.query_checkpoint).watermarks_for(end)
@@ -352,7 +331,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             marks.watermark_ms,
             marks.batch_timestamp_ms,
         )
-        return marks.late_before_ms, marks.batch_timestamp_ms or None
+        return marks.late_before_ms, marks.batch_timestamp_ms or None, marks.batch_id
 
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; nothing is committed to Kafka. Clean-range markers

@@ -92,3 +92,90 @@ def test_dead_letter_tasks_read_exactly_the_ranges_the_counting_tasks_read() -> 
         SourceOffset(dl_end, None, verdicts),
     )
     assert sorted(followed, key=repr) == sorted(counted, key=repr)
+
+
+def _spark_entry(ckpt, batch: int, end: SourceOffset, batch_ms: int) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    (ckpt / "offsets").mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": batch_ms, "conf": {}}
+    (ckpt / "offsets" / str(batch)).write_text(
+        f"v1\n{json.dumps(meta)}\n{json.dumps(end.to_json())}"
+    )
+
+
+def test_records_keep_their_batch_time_after_spark_purges_the_offset_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ipcount.source.follow import CountsFollower
+
+    counts = tmp_path / "counts"
+    counting = {
+        "output": "counts",
+        "eventTimeFormat": "nginx-combined",
+        "maxFutureSkewMs": "300000",
+        "queryCheckpoint": str(counts),
+        "cleanRangeMarkers": "true",
+    }
+
+    def batch_ms(i: int) -> int:
+        return 1_700_000_000_000 + i * 1_000
+
+    # 100 counting batches of 100 offsets each, planned as Spark plans them: the offset log
+    # entry first, then the source's partitions().
+    for i in range(100):
+        end = SourceOffset({P0: (i + 1) * 100})
+        _spark_entry(counts, i, end, batch_ms(i))
+        _tasks(counting, SourceOffset({P0: i * 100}), end)
+    # Spark keeps the newest entries only (minBatchesToRetain): 0-59 are gone.
+    for i in range(60):
+        (counts / "offsets" / str(i)).unlink()
+
+    # The dead-letter query, far behind at offset 1000, follows up to 6100.
+    follower = CountsFollower(str(counts))
+    judged: dict[int, int | None] = {}
+    pos = {P0: 1_000}
+    while pos[P0] < 6_100:
+        end, verdicts = follower.follow(pos, {P0: 6_100})
+        assert end[P0] > pos[P0], "the dead-letter query stopped following"
+        for rng, ts in plan_followed(pos, end, verdicts, None, None):
+            for offset in range(rng.start, rng.end):
+                judged[offset] = ts
+        pos = end
+    # Each record is judged by the batch time of the counting batch that read it.
+    wrong = {o: ts for o, ts in judged.items() if ts != batch_ms(o // 100)}
+    assert not wrong, f"{len(wrong)} offsets judged by another batch's time, e.g. " + str(
+        sorted(wrong.items())[:3]
+    )
+    assert sorted(judged) == list(range(1_000, 6_100))
+
+
+def test_a_new_dead_letter_query_starts_at_the_counting_query_s_first_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ipcount.source.counted_batches import CountedBatch, keep_first_offsets, record_batch
+    from ipcount.source.follow import follower_start
+
+    counts = str(tmp_path / "counts")
+    assert follower_start(counts) is None  # nothing known: its own startingOffsets apply
+    # startingOffsets=latest resolved when the counting query started; no batch planned yet.
+    keep_first_offsets(counts, {P0: 500, P1: 70})
+    assert follower_start(counts) == {P0: 500, P1: 70}
+    # A later resolution (a restart before the first batch) keeps the first one.
+    assert (
+        keep_first_offsets(counts, {P0: 900, P1: 90}) == SourceOffset({P0: 500, P1: 70}).to_json()
+    )
+    record_batch(counts, CountedBatch(0, {P0: 500, P1: 70}, {P0: 600, P1: 80}, 1_000))
+    record_batch(counts, CountedBatch(1, {P0: 600, P1: 80}, {P0: 700, P1: 90}, 2_000))
+    assert follower_start(counts) == {P0: 500, P1: 70}
+
+
+def test_offsets_no_kept_batch_judged_are_refused_with_how_to_go_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from ipcount.errors import SourceError
+    from ipcount.source.counted_batches import CountedBatch, record_batch
+    from ipcount.source.follow import CountsFollower
+
+    counts = str(tmp_path / "counts")
+    record_batch(counts, CountedBatch(7, {P0: 500}, {P0: 600}, 1_000))
+    with pytest.raises(SourceError, match=r"offsets 100-499 .*--new-query"):
+        CountsFollower(counts).follow({P0: 100}, {P0: 600})
+    end, verdicts = CountsFollower(counts).follow({P0: 500}, {P0: 600})
+    assert (end, verdicts) == ({P0: 600}, {P0: ((600, 1_000),)})

@@ -1,0 +1,147 @@
+"""One verdict per record, whatever Spark's offset log keeps and wherever the job starts:
+
+- an `--available-now` run of more than 100 counting batches (Spark keeps the newest 100 offset
+  log entries; the dead-letter query starts only after the counting query is done): a record that
+  was "future" for the batch that read it is dead-lettered, not judged by a later batch's time;
+- `startingOffsets=latest`: rejects produced in the job's first seconds, before the dead-letter
+  query has started, are all dead-lettered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from ipcount.formats.accesslog import format_record
+from ipcount.kafka.topic_reader import TopicReader
+from ipcount.kafka.topics import ensure_topics
+from ipcount.verify.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+SKEW_S = 10
+
+
+def _batch_lines(run: subprocess.CompletedProcess[str]) -> str:
+    return "\n".join(line for line in run.stderr.splitlines() if " batch " in line)
+
+
+def _dead_letters(settings) -> list:  # type: ignore[no-untyped-def]
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.dead_letter) as reader:
+        return list(reader.read_to_end(30))
+
+
+def test_a_future_record_of_a_purged_batch_is_dead_lettered(
+    make_settings, tmp_path: Path, ipcount_cli
+) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings("topics.source_partitions=1")
+    ensure_topics(settings)
+    env = {
+        "IPCOUNT_JOB_DEAD_LETTER": "true",
+        "IPCOUNT_JOB_MAX_FUTURE_SKEW_SECONDS": str(SKEW_S),
+        # 10 records a batch: 1,600 records take 160 counting batches, so Spark's offset log
+        # keeps only batches 60 on when the dead-letter query starts.
+        "IPCOUNT_JOB_MAX_OFFSETS_PER_TRIGGER": "10",
+    }
+    ledger = Ledger(window_ms=5000)
+    now = int(time.time() * 1000)
+    t0 = (now - 120_000) // 5000 * 5000
+    # Future for the first batches (planned within ~40 s of now: the run's start-up), no longer
+    # future for a batch planned later, such as the oldest one Spark keeps at the end.
+    near = now + (SKEW_S + 40) * 1000
+    near_line = format_record("198.51.100.9", near).encode()
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
+    producer.produce(settings.topics.source, value=near_line)
+    for n in range(1_600):
+        ip, at = f"10.5.0.{n % 8}", t0 + (n // 20) * 1000
+        producer.produce(settings.topics.source, value=format_record(ip, at))
+        ledger.add(at, ip)
+    assert producer.flush(30) == 0
+
+    run = ipcount_cli(
+        settings, "run", "--available-now", "--close-all-windows", env=env, timeout=900
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = _batch_lines(run)
+    assert "ipcount batch 159:" in lines or "ipcount batch 160:" in lines, lines[-2000:]
+    # The counting query's first batch judged it future (not counted) ...
+    assert " future=1 " in lines, lines[:3000]
+    # ... so the dead letters must hold it: counted or dead-lettered, never neither.
+    dead = _dead_letters(settings)
+    assert [d.value for d in dead] == [near_line], [d.value[:80] for d in dead]
+    ledger.save(tmp_path / "ledger.jsonl")
+    verify = ipcount_cli(settings, "verify", "--ledger", str(tmp_path / "ledger.jsonl"), env=env)
+    last = verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else verify.stderr
+    assert verify.returncode == 0 and "exact=true" in last, last
+
+
+def test_latest_dead_letters_the_rejects_of_the_first_seconds(
+    make_settings, ipcount_env, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings("topics.source_partitions=2", "job.trigger_interval_seconds=0.5")
+    ensure_topics(settings)
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
+    # Before the job: not read at all under `latest`.
+    producer.produce(settings.topics.source, value=b"old junk before the start")
+    assert producer.flush(30) == 0
+    env = ipcount_env(
+        settings,
+        {"IPCOUNT_JOB_DEAD_LETTER": "true", "IPCOUNT_JOB_STARTING_OFFSETS": "latest"},
+    )
+    log = tmp_path / "job.log"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "ipcount", "run"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    sent: list[bytes] = []
+
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    try:
+        deadline = time.monotonic() + 240
+        # Access lines until the counting query has run its first batch (it has resolved
+        # `latest` by then) ...
+        while "ipcount batch 0:" not in log.read_text():
+            assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            producer.produce(settings.topics.source, value=format_record("10.5.1.1", now_ms()))
+            producer.flush(10)
+            time.sleep(0.5)
+        # ... then rejects until the dead-letter query has run a batch: the first seconds a
+        # user's job is up.
+        n = 0
+        while "ipcount-dead-letter batch 0:" not in log.read_text() or n < 20:
+            assert job.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            line = f"junk {n} of the first seconds".encode()
+            producer.produce(settings.topics.source, value=line, partition=n % 2)
+            producer.flush(10)
+            sent.append(line)
+            n += 1
+            time.sleep(0.2)
+        # Everything sent is read: wait until the dead letters hold as many records.
+        got: list[bytes] = []
+        while time.monotonic() < deadline:
+            got = [d.value for d in _dead_letters(settings)]
+            if len(got) >= len(sent):
+                break
+            time.sleep(2)
+    finally:
+        if job.poll() is None:
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(120)
+            except subprocess.TimeoutExpired:
+                os.kill(job.pid, signal.SIGKILL)
+    assert sorted(got) == sorted(sent), (
+        f"{len(sent) - len(set(sent) & set(got))} of {len(sent)} rejects of the first seconds "
+        "never dead-lettered:\n" + log.read_text()[-2000:]
+    )

@@ -1,6 +1,6 @@
 """Who may write with a query's transactional.id (driver): ending what a crashed predecessor left
 open before a job starts, and telling a fenced writer whether a newer start has taken over. The
-order of starts is the broker's log order of run announcements (sink.history), never a clock."""
+order of starts is the broker's log order of run announcements (sink.runs), never a clock."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from confluent_kafka import KafkaException, Producer
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
-from ipcount.sink.history import read_markers, run_order
+from ipcount.sink.runs import read_progress
 from ipcount.sink.txn_config import TxnConfig
 
 __all__ = ["fence_predecessors", "superseded_by"]
@@ -24,13 +24,11 @@ def superseded_by(cfg: TxnConfig) -> str | None:
     start that has committed nothing and may be gone)."""
     if not cfg.run_id:
         return None
-    order = run_order(
-        cfg.consumer_conf, cfg.progress_topic, cfg.query_id, cfg.retry_deadline_seconds
-    )
+    seen = read_progress(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
+    order = seen.runs.get(cfg.query_id, [])
     if not order or order[-1] == cfg.run_id:
         return None
-    markers = read_markers(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
-    theirs = str((markers.get(cfg.query_id) or {}).get("runId", ""))
+    theirs = str((seen.markers.get(cfg.query_id) or {}).get("runId", ""))
     if theirs == cfg.run_id or theirs not in order:
         return None  # the newest commit is this start's own, or of a start older than both
     if cfg.run_id in order and order.index(theirs) < order.index(cfg.run_id):

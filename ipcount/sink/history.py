@@ -11,9 +11,15 @@ from typing import Any
 
 from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.checkpoint.receipts import ReceiptLog
-from ipcount.errors import SinkError, SinkHistoryError
-from ipcount.kafka.client import with_client_logging
-from ipcount.kafka.topic_reader import TopicReader
+from ipcount.errors import SinkHistoryError
+from ipcount.sink.runs import (
+    POSITION_KEY,
+    RUN_SUFFIX,
+    announce_run,
+    produce_one,
+    read_progress,
+    run_order,
+)
 
 __all__ = [
     "POSITION_KEY",
@@ -30,32 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# Where a progress marker was read or written, [partition, offset]: kept beside the marker's
-# fields in memory, never part of the record.
-POSITION_KEY = "_position"
-# Run announcements are keyed `<queryId>#run#<runId>`: one key per start, so compaction keeps
-# every start and the log keeps their order.
-RUN_SUFFIX = "#run#"
-
-
-def announce_run(
-    producer_conf: Mapping[str, str], progress_topic: str, query_id: str, run_id: str
-) -> None:
-    """Record in the progress topic that `run_id` is now the newest start of `query_id`.
-
-    Every start of a query announces itself, before the query starts: a record {"kind": "run",
-    "queryId", "runId"} under the key `<queryId>#run#<runId>`. Which start is newer is decided by
-    the broker's log order (`run_order`), never by a clock. A sink whose producer was fenced
-    stops for good once a start announced after its own has committed a batch; otherwise it
-    re-initialises: the fencer was another Python worker of the same job, or a newer start that
-    has committed nothing (and may be gone).
-
-    Raises:
-        SinkError: the broker did not acknowledge the record.
-    """
-    body = {"kind": "run", "queryId": query_id, "runId": run_id}
-    _produce_one(producer_conf, progress_topic, f"{query_id}{RUN_SUFFIX}{run_id}", body)
 
 
 def adopt(
@@ -81,57 +61,11 @@ def adopt(
         "adoptedFrom": other.get("queryId"),
         "committedAtMs": int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000),
     }
-    _produce_one(producer_conf, progress_topic, query_id, body)
-
-
-def _produce_one(
-    producer_conf: Mapping[str, str], topic: str, key: str, body: Mapping[str, Any]
-) -> None:
-    from confluent_kafka import Producer
-
-    conf = {k: v for k, v in producer_conf.items() if not k.startswith("transaction")}
-    conf.update({"enable.idempotence": "true", "acks": "all"})
-    producer = Producer(with_client_logging(conf, "ipcount.history.librdkafka"))
-    failures: list[str] = []
-
-    def _delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    producer.produce(
-        topic,
-        json.dumps(body, separators=(",", ":")).encode(),
-        key.encode(),
-        on_delivery=_delivered,
+    produce_one(
+        producer_conf,
+        progress_topic,
+        [(query_id, json.dumps(body, separators=(",", ":")).encode())],
     )
-    left = producer.flush(30)
-    if left or failures:
-        raise SinkError(
-            f"could not write {key!r} to {topic!r}: "
-            + (failures[0] if failures else "not acknowledged within 30 s")
-        )
-
-
-def run_order(
-    consumer_conf: Mapping[str, str], progress_topic: str, query_id: str, deadline_seconds: float
-) -> list[str]:
-    """The announced starts of `query_id`, oldest first (the broker's log order)."""
-    prefix = f"{query_id}{RUN_SUFFIX}".encode()
-    order: list[str] = []
-    with TopicReader(
-        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
-    ) as reader:
-        for rec in reader.read_to_end(deadline_seconds):
-            if rec.key is None or not rec.key.startswith(prefix):
-                continue
-            try:
-                run = str(json.loads(rec.value or b"")["runId"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if run in order:
-                order.remove(run)
-            order.append(run)
-    return order
 
 
 def read_markers(
@@ -146,26 +80,7 @@ def read_markers(
     Raises:
         SinkError: a marker of the topic is not ipcount's.
     """
-    newest: dict[str, dict[str, Any]] = {}
-    with TopicReader(
-        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
-    ) as reader:
-        for rec in reader.read_to_end(deadline_seconds):
-            if rec.key is not None and RUN_SUFFIX.encode() in rec.key:
-                continue
-            try:
-                marker = json.loads(rec.value or b"")
-                query = str(marker["queryId"])
-                batch = int(marker["batchId"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise SinkError(
-                    f"progress marker {rec.where} is unreadable ({exc}); it was not written by "
-                    "ipcount: topics.progress must be ipcount's own topic"
-                ) from exc
-            if query not in newest or batch >= int(newest[query]["batchId"]):
-                marker[POSITION_KEY] = [rec.partition, rec.offset]
-                newest[query] = marker
-    return newest
+    return read_progress(consumer_conf, progress_topic, deadline_seconds).markers
 
 
 def _when(marker: Mapping[str, Any]) -> str:

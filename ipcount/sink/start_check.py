@@ -11,13 +11,12 @@ from ipcount.config import Settings
 from ipcount.errors import ConfigError
 from ipcount.sink.history import (
     adopt,
-    announce_run,
     check_checkpoint,
     other_query_output,
-    read_markers,
     refuse_new_query,
     starting_offsets_after,
 )
+from ipcount.sink.runs import announce_run, read_progress
 from ipcount.sink.txn_config import new_run_id
 
 __all__ = ["check_sink_history"]
@@ -36,11 +35,13 @@ def check_sink_history(
         SinkHistoryError: a lost commit, an older checkpoint, or another query's output.
         ConfigError: `new_query` on a checkpoint that already has output.
     """
-    markers = read_markers(
+    # One read of the progress topic: the markers and this query's earlier starts.
+    seen = read_progress(
         settings.kafka.to_librdkafka("consumer"),
         settings.topics.progress,
         settings.sink.retry_deadline_seconds,
     )
+    markers = seen.markers
     own = markers.get(query_id)
     check_checkpoint(own, absolute_location(checkpoint), topic)
     other = other_query_output(markers, query_id, topic, [settings.topics.source])
@@ -65,5 +66,5 @@ def check_sink_history(
     producer = settings.kafka.to_librdkafka("producer")
     if own is None and other is not None:
         adopt(producer, settings.topics.progress, query_id, run_id, other)
-    announce_run(producer, settings.topics.progress, query_id, run_id)
+    announce_run(producer, settings.topics.progress, query_id, run_id, seen=seen)
     return settings, run_id

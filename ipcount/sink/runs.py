@@ -1,0 +1,206 @@
+"""The progress topic read once (driver): the newest progress marker of every query and the order
+of each query's announced starts, kept under one compacted key per query (`<query id>#run#recent`)
+so a query started every few minutes for a year leaves one key, not one per start."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipcount.errors import SinkError
+from ipcount.kafka.client import with_client_logging
+from ipcount.kafka.topic_reader import TopicReader
+
+__all__ = [
+    "POSITION_KEY",
+    "RUN_SUFFIX",
+    "MAX_RUNS",
+    "RunHistory",
+    "ProgressView",
+    "read_progress",
+    "announce_run",
+    "run_order",
+    "produce_one",
+]
+
+logger = logging.getLogger(__name__)
+
+# Where a progress marker was read or written, [partition, offset]: kept beside the marker's
+# fields in memory, never part of the record.
+POSITION_KEY = "_position"
+# Every key about a query's starts holds this infix (markers' keys are the bare query id). Earlier
+# versions wrote one key per start, `<query id>#run#<run id>`; now one per query holds the recent
+# starts, `<query id>#run#recent`, and the next start writes tombstones for the old keys.
+RUN_SUFFIX = "#run#"
+_RECENT = "recent"
+# How many starts the history keeps: fencing compares this start with the one that committed
+# last; a start older than this many newer ones counts as superseded by any of them.
+MAX_RUNS = 16
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """A query's recent starts, oldest first: the value under `<query id>#run#recent`."""
+
+    query_id: str
+    runs: tuple[str, ...]
+
+    @staticmethod
+    def key(query_id: str) -> str:
+        return f"{query_id}{RUN_SUFFIX}{_RECENT}"
+
+    def encode(self) -> bytes:
+        body = {"kind": "runs", "queryId": self.query_id, "runs": list(self.runs)}
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> RunHistory | None:
+        """None when the value is not a run history (then it is ignored, as before)."""
+        try:
+            body = json.loads(value)
+            return RunHistory(str(body["queryId"]), tuple(str(r) for r in body["runs"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass
+class ProgressView:
+    """What one read of the progress topic found: the newest marker of every query, each query's
+    announced starts (oldest first, the broker's log order) and the one-key-per-start
+    announcements of earlier versions still live (their keys, to be cleared)."""
+
+    markers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, list[str]] = field(default_factory=dict)
+    legacy: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, key: bytes | None, value: bytes | None, where: tuple[int, int, str]) -> None:
+        """Take one record of the topic, in log order (`where`: partition, offset, text)."""
+        if key is not None and RUN_SUFFIX.encode() in key:
+            self._add_run(key.decode("utf-8", "replace"), value)
+            return
+        try:
+            marker = json.loads(value or b"")
+            query = str(marker["queryId"])
+            batch = int(marker["batchId"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SinkError(
+                f"progress marker {where[2]} is unreadable ({exc}); it was not written by "
+                "ipcount: topics.progress must be ipcount's own topic"
+            ) from exc
+        newest = self.markers.get(query)
+        if newest is None or batch >= int(newest["batchId"]):
+            marker[POSITION_KEY] = [where[0], where[1]]
+            self.markers[query] = marker
+
+    def _add_run(self, key: str, value: bytes | None) -> None:
+        query, _, run = key.rpartition(RUN_SUFFIX)
+        order = self.runs.setdefault(query, [])
+        if run == _RECENT:
+            history = RunHistory.decode(value) if value is not None else None
+            if history is not None:
+                order[:] = history.runs
+            return
+        legacy = self.legacy.setdefault(query, [])
+        if key in legacy:
+            legacy.remove(key)
+        if value is None:
+            return  # cleared by a later start: its run is in the history already
+        legacy.append(key)
+        try:
+            announced = str(json.loads(value)["runId"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if announced in order:
+            order.remove(announced)
+        order.append(announced)
+
+
+def read_progress(
+    consumer_conf: Mapping[str, str], progress_topic: str, deadline_seconds: float
+) -> ProgressView:
+    """Read the progress topic once (read_committed), to its end.
+
+    Raises:
+        SinkError: a marker of the topic is not ipcount's.
+    """
+    view = ProgressView()
+    with TopicReader(
+        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
+    ) as reader:
+        for rec in reader.read_to_end(deadline_seconds):
+            view.add(rec.key, rec.value, (rec.partition, rec.offset, rec.where))
+    return view
+
+
+def run_order(
+    consumer_conf: Mapping[str, str], progress_topic: str, query_id: str, deadline_seconds: float
+) -> list[str]:
+    """The announced starts of `query_id`, oldest first (the broker's log order; the last
+    MAX_RUNS, with those of earlier versions not cleared yet)."""
+    return read_progress(consumer_conf, progress_topic, deadline_seconds).runs.get(query_id, [])
+
+
+def announce_run(
+    producer_conf: Mapping[str, str],
+    progress_topic: str,
+    query_id: str,
+    run_id: str,
+    *,
+    seen: ProgressView | None = None,
+    consumer_conf: Mapping[str, str] | None = None,
+) -> None:
+    """Record in the progress topic that `run_id` is now the newest start of `query_id`.
+
+    Every start of a query announces itself, before the query starts: the query's recent starts
+    as `seen` read them (read now when not given), this one last, under the one key
+    `<query id>#run#recent`; then tombstones for the keys earlier versions wrote one per start.
+    Which start is newer is decided by this order (the broker's log order of starts), never by a
+    clock. A sink whose producer was fenced stops for good once a start announced after its own
+    has committed a batch; otherwise it re-initialises: the fencer was another Python worker of
+    the same job, or a newer start that has committed nothing (and may be gone). Two starts at
+    the same instant may each miss the other: the one missing from the history counts as the
+    older of the two.
+
+    Raises:
+        SinkError: the broker did not acknowledge the records.
+    """
+    if seen is None:
+        deadline = 30.0
+        seen = read_progress(consumer_conf or producer_conf, progress_topic, deadline)
+    runs = [r for r in seen.runs.get(query_id, []) if r != run_id] + [run_id]
+    history = RunHistory(query_id, tuple(runs[-MAX_RUNS:]))
+    records: list[tuple[str, bytes | None]] = [(RunHistory.key(query_id), history.encode())]
+    records += [(key, None) for key in seen.legacy.get(query_id, [])]
+    produce_one(producer_conf, progress_topic, records)
+
+
+def produce_one(
+    producer_conf: Mapping[str, str], topic: str, records: Sequence[tuple[str, bytes | None]]
+) -> None:
+    """Write (key, value) records in order, idempotently, and wait for the broker's acks.
+
+    Raises:
+        SinkError: the broker did not acknowledge them within 30 s.
+    """
+    from confluent_kafka import Producer
+
+    conf = {k: v for k, v in producer_conf.items() if not k.startswith("transaction")}
+    conf.update({"enable.idempotence": "true", "acks": "all"})
+    producer = Producer(with_client_logging(conf, "ipcount.history.librdkafka"))
+    failures: list[str] = []
+
+    def _delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    for key, value in records:
+        producer.produce(topic, value, key.encode(), on_delivery=_delivered)
+    left = producer.flush(30)
+    if left or failures:
+        raise SinkError(
+            f"could not write {records[0][0]!r} to {topic!r}: "
+            + (failures[0] if failures else "not acknowledged within 30 s")
+        )

@@ -32,8 +32,9 @@ _training: JvmArchive | None = None
 
 @dataclass(frozen=True)
 class JvmArchive:
-    """Where the archive for one JVM, class path and set of JVM options lives, and whether this
-    start uses it or writes it (`training`: the archive does not exist yet)."""
+    """Where the archive for one JVM, class path (one Spark install) and set of JVM options
+    lives, and whether this start uses it or writes it (`training`: the archive does not exist
+    yet)."""
 
     path: Path
     # SPARK_CONF_DIR for the launch: Spark puts it on the class path, and the JVM refuses to
@@ -63,9 +64,12 @@ def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArch
     """The archive for a JVM launched from `spark_home` with `java_options`, or None: no java on
     the PATH, no jars, a cache that cannot be written, or no archive yet and `train` is False.
 
-    The archive's name is a digest of the java binary, the jars and the options, so a JVM or
-    Spark upgrade makes a new one (and the JVM itself ignores an archive whose class path does
-    not match, silently with the options used here)."""
+    The archive's name is a digest of the java binary, the class path and the options: the
+    Spark home's path and, for each jar, its resolved path, size and modification time (what the
+    JVM checks before it maps an archive). The JVM ignores an archive made for another class
+    path, silently with the options used here, so each install of Spark (another virtualenv, a
+    reinstall, CI's beside a user's) trains its own on its first normal exit, and a JVM or Spark
+    upgrade makes a new one."""
     java, jars = find_java(), spark_home / "jars"
     java = java.resolve() if java is not None else None
     if java is None or not jars.is_dir():
@@ -74,8 +78,10 @@ def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArch
         digest = hashlib.sha256()
         stat = java.stat()
         digest.update(f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{java_options}".encode())
+        digest.update(f"|{os.path.abspath(spark_home)}".encode())
         for jar in sorted(jars.iterdir()):
-            digest.update(f"|{jar.name}:{jar.stat().st_size}".encode())
+            info = jar.stat()
+            digest.update(f"|{jar.resolve()}:{info.st_size}:{info.st_mtime_ns}".encode())
         root = cache_root() / "jvm-archive"
         conf_dir = root / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True)

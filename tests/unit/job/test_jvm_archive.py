@@ -1,9 +1,11 @@
-"""Which class-data-sharing archive the driver JVM gets: one per java binary, Spark jars and JVM
-options; written only by a start that will let its JVM exit normally (`ipcount run`)."""
+"""Which class-data-sharing archive the driver JVM gets: one per java binary, class path (the Spark
+home's path and its jars) and JVM options; written only by a start that will let its JVM exit
+normally (`ipcount run`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -87,3 +89,33 @@ def test_a_training_start_removes_partial_archives_of_killed_runs(home: Path) ->
     os.utime(old, (hours_ago, hours_ago))
     plan_archive(home, "", train=True)
     assert not old.exists() and fresh.exists()
+
+
+def test_each_install_of_the_same_spark_gets_an_archive_of_its_own(home: Path) -> None:
+    # A second virtualenv (or CI's .venv beside a user's) holds the same jars at another path: the
+    # JVM ignores an archive made for another class path, so that install must train its own.
+    other = home.parent / "other-venv" / "pyspark"
+    shutil.copytree(home, other)
+    first = plan_archive(home, "", train=True)
+    assert first is not None and first.training
+    first.path.write_bytes(b"archive of the first install")
+    second = plan_archive(other, "", train=True)
+    assert second is not None and second.training, "the second install found the first's archive"
+    assert second.path != first.path and second.conf_dir == first.conf_dir
+    assert plan_archive(other, "", train=False) is None  # nothing of its own to use yet
+    second.path.write_bytes(b"archive of the second install")
+    for install, archive in ((home, first), (other, second)):
+        again = plan_archive(install, "", train=True)
+        assert again is not None and not again.training and again.path == archive.path
+
+
+def test_a_reinstall_at_the_same_path_trains_a_new_archive(home: Path) -> None:
+    # Reinstalled jars have new modification times: the JVM would reject the old archive.
+    first = plan_archive(home, "", train=True)
+    assert first is not None
+    first.path.write_bytes(b"archive")
+    jar = home / "jars" / "spark-core.jar"
+    later = jar.stat().st_mtime + 60
+    os.utime(jar, (later, later))
+    again = plan_archive(home, "", train=True)
+    assert again is not None and again.training and again.path != first.path

@@ -106,7 +106,8 @@ class TopicSettings:
     dead_letter: str = "ip_count_dead_letter"
     source_partitions: int = 3
     sink_partitions: int = 3
-    replication_factor: int = 1
+    # 0: as many replicas as the cluster has brokers, at most 3 (read by `ipcount topics create`).
+    replication_factor: int = 0
     # -1 keeps records forever, so historical event times (backfills, benchmarks) survive.
     source_retention_ms: int = -1
 
@@ -301,9 +302,9 @@ def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -
     names = [s.topics.source, s.topics.sink, s.topics.progress, s.topics.late, s.topics.dead_letter]
     if len(set(names)) != len(names):
         fail("topics", "source", f"and the other topic names must all differ, got {names}")
-    for key in ("source_partitions", "sink_partitions", "replication_factor"):
-        if getattr(s.topics, key) < 1:
-            fail("topics", key, "must be at least 1")
+    for key, least in (("source_partitions", 1), ("sink_partitions", 1), ("replication_factor", 0)):
+        if getattr(s.topics, key) < least:
+            fail("topics", key, f"must be at least {least}")
     if s.topics.source_retention_ms < -1 or s.topics.source_retention_ms == 0:
         fail("topics", "source_retention_ms", "must be -1 (forever) or a positive number of ms")
     if s.job.window_seconds <= 0:

@@ -13,7 +13,7 @@ from ipcount.config import Settings
 from ipcount.errors import BrokerError
 from ipcount.kafka.client import admin_client, describe_kafka_error, wait_for_metadata
 
-__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "missing_topics"]
+__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "missing_topics", "replication_factor"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,12 @@ def missing_topics(settings: Settings, names: list[str] | None = None) -> list[s
     return [n for n in wanted if n not in md.topics]
 
 
+def replication_factor(settings: Settings, brokers: int) -> int:
+    """The replicas of a new topic: topics.replication_factor, or with 0 the cluster's size
+    (`brokers`), at most 3."""
+    return settings.topics.replication_factor or max(1, min(3, brokers))
+
+
 def ensure_topics(settings: Settings) -> dict[str, str]:
     """Create every configured topic that does not exist yet; idempotent.
 
@@ -68,6 +74,7 @@ def ensure_topics(settings: Settings) -> dict[str, str]:
     conf = settings.kafka.to_librdkafka("admin")
     md = wait_for_metadata(conf, settings.kafka.connect_timeout_seconds)
     specs = topic_specs(settings)
+    replicas = replication_factor(settings, len(md.brokers))
     result: dict[str, str] = {}
     new: list[NewTopic] = []
     for spec in specs:
@@ -86,12 +93,13 @@ def ensure_topics(settings: Settings) -> dict[str, str]:
                 NewTopic(
                     spec.name,
                     num_partitions=spec.partitions,
-                    replication_factor=settings.topics.replication_factor,
+                    replication_factor=replicas,
                     config=spec.config,
                 )
             )
     if not new:
         return result
+    logger.info("creating %s with %d replica(s)", ", ".join(t.topic for t in new), replicas)
     admin = admin_client(conf)
     futures = admin.create_topics(new, operation_timeout=settings.kafka.connect_timeout_seconds)
     for name, fut in futures.items():

@@ -1,5 +1,6 @@
 """Apache Kafka as a local broker: one KRaft node (combined controller and broker) from Maven
-Central's jars, on a free port with its own data dir."""
+Central's jars, on a free port with its own data dir; alone, or one node of a local cluster
+(`kraft_cluster.KafkaCluster`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ipcount.errors import BrokerError
 from ipcount.local.broker import LocalBroker, free_port
 from ipcount.local.kafka_jars import KAFKA_VERSION, java_executable, kafka_classpath
 
-__all__ = ["KafkaBroker"]
+__all__ = ["KafkaBroker", "replication_props"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +49,31 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-class KafkaBroker(LocalBroker):
-    """A single-node KRaft Apache Kafka broker.
+def replication_props(nodes: int) -> dict[str, str]:
+    """Replication of a cluster of `nodes`: every topic (the internal ones too) on min(3, nodes)
+    brokers; an acknowledged write on two of them from three nodes on (one node: one, and one in
+    sync), so one broker can be lost without losing a write or refusing one."""
+    rf = str(max(1, min(3, nodes)))
+    isr = "2" if nodes >= 3 else "1"
+    return {
+        "default.replication.factor": rf,
+        "min.insync.replicas": isr,
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": isr,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": isr,
+    }
 
-    Replication factors and `min.insync.replicas` of the internal topics are 1 (one node);
-    `transaction.max.timeout.ms` is configurable, so the sink's start-up check can be tested.
+
+class KafkaBroker(LocalBroker):
+    """A KRaft Apache Kafka node (combined broker and controller): alone by default, or node
+    `node_id` of a cluster whose controller quorum is `voters` (node id -> controller port),
+    formatted with one `cluster_id`.
+
+    Alone, the replication factors and `min.insync.replicas` of the internal topics are 1; in a
+    cluster of three or more, 3 and 2 (see `replication_props`). `transaction.max.timeout.ms` is
+    configurable, so the sink's start-up check can be tested.
     SIGTERM is a controlled shutdown. A SIGKILL ends the process, not the machine: what the broker
     acknowledged is in the OS page cache and survives a restart (`durable_kill`).
     """
@@ -69,11 +90,17 @@ class KafkaBroker(LocalBroker):
         version: str = KAFKA_VERSION,
         transaction_max_timeout_ms: int = 900_000,
         extra: dict[str, str] | None = None,
+        node_id: int = 1,
+        voters: dict[int, int] | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         super().__init__(data_dir, host, port)
         self.version = version
         self.transaction_max_timeout_ms = transaction_max_timeout_ms
         self.extra = dict(extra or {})
+        self.node_id = node_id
+        self.voters = dict(voters or {})
+        self.cluster_id = cluster_id
 
     @property
     def config_file(self) -> Path:
@@ -84,6 +111,8 @@ class KafkaBroker(LocalBroker):
         return self.data_dir / "kafka-logs"
 
     def _controller_port(self) -> int:
+        if self.voters:
+            return self.voters[self.node_id]
         # Kept in the config file: a restart must find the quorum where it was formatted.
         if self.config_file.is_file():
             for line in self.config_file.read_text(encoding="utf-8").splitlines():
@@ -94,10 +123,11 @@ class KafkaBroker(LocalBroker):
     def server_properties(self, controller_port: int) -> dict[str, str]:
         """The broker's configuration."""
         h = self.host
+        voters = self.voters or {self.node_id: controller_port}
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{h}:{controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(f"{n}@{h}:{p}" for n, p in sorted(voters.items())),
             "listeners": f"PLAINTEXT://{h}:{self.port},CONTROLLER://{h}:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://{h}:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -106,15 +136,9 @@ class KafkaBroker(LocalBroker):
             "log.dirs": str(self.log_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
-            # One node: every internal topic has one replica and needs one in sync.
-            "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "3",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "3",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "min.insync.replicas": "1",
+            **replication_props(len(voters)),
             "group.initial.rebalance.delay.ms": "0",
             "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
             # A restarted single node is back in seconds, not after the default 9 s session.
@@ -131,7 +155,7 @@ class KafkaBroker(LocalBroker):
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
         if (self.log_dir / "meta.properties").is_file():
             return
-        cluster_id = new_cluster_id()
+        cluster_id = self.cluster_id or new_cluster_id()
         cmd = [*self._java(), "kafka.tools.StorageTool", "format", "-t", cluster_id]
         cmd += ["-c", str(self.config_file)]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

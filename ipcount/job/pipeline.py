@@ -105,9 +105,10 @@ def _observe_quality(combined: DataFrame) -> DataFrame:
 
     return combined.observe(
         QUALITY_METRICS,
-        total(kind != "heartbeat").alias("records"),
+        total(~kind.isin("heartbeat", "lost")).alias("records"),
         total(kind == "malformed").alias("malformed"),
         total(kind == "future").alias("future"),
+        total(kind == "lost").alias("lost"),
         total((kind == "counted") & F.col("late")).alias("late"),
         F.count(F.when(kind == "heartbeat", 1)).alias("heartbeats"),
     )

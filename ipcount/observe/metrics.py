@@ -137,10 +137,13 @@ class JobMetrics:
             "malformed": "Records that are not an access-log line (dead-lettered when enabled)",
             "future": "Records stamped too far ahead of the batch's time (not counted)",
             "heartbeats": "Idle heartbeats the source emitted to move the watermark",
+            "lost": "Source offsets deleted before they were read, skipped "
+            "(job.fail_on_data_loss = false)",
         }
+        names = {"heartbeats": "ipcount_heartbeats", "lost": "ipcount_source_lost_records"}
         self.quality = {
             key: Counter(
-                "ipcount_heartbeats" if key == "heartbeats" else f"ipcount_{key}_records",
+                names.get(key, f"ipcount_{key}_records"),
                 text,
                 registry=r,
             )

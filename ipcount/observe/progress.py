@@ -98,6 +98,8 @@ def summarize_progress(progress: dict[str, Any]) -> dict[str, Any]:
         "records": int(_num(observed.get("records"))),
         "malformed": int(_num(observed.get("malformed"))),
         "future": int(_num(observed.get("future"))),
+        # Offsets deleted before they were read, skipped (failOnDataLoss=false).
+        "lost": int(_num(observed.get("lost"))),
         "heartbeats": int(_num(observed.get("heartbeats"))),
         "late": int(_num(observed.get("late"))),
         # Rows Spark dropped behind the watermark (after partial aggregation: a lower bound of
@@ -168,6 +170,14 @@ class ProgressLogger(StreamingQueryListener):
             s["lag"] if s["lag"] is not None else "?",
             extra={"fields": log_fields(s)},
         )
+        if s["lost"]:
+            self._log.warning(
+                "%s batch %s: skipped %d offsets deleted before they were read "
+                "(job.fail_on_data_loss = false; metric ipcount_source_lost_records_total)",
+                s["name"],
+                s["batch"],
+                s["lost"],
+            )
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark hook
         pass

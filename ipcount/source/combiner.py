@@ -18,6 +18,7 @@ __all__ = [
     "KIND_HEARTBEAT",
     "KIND_MALFORMED",
     "KIND_FUTURE",
+    "KIND_LOST",
     "BatchRules",
     "Combiner",
     "counts_heartbeat",
@@ -30,6 +31,8 @@ KIND_COUNTED, KIND_HEARTBEAT, KIND_MALFORMED, KIND_FUTURE = (
     "malformed",
     "future",
 )
+# A task's tally of offsets deleted before they were read (failOnDataLoss=false): not records.
+KIND_LOST = "lost"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Combiner:
         self._partials: list[pa.Table] = []
         self.malformed = 0
         self.future = 0
+        self.lost = 0
 
     def add(self, values: pa.Array) -> None:
         """Parse and combine one chunk of raw record values."""
@@ -156,7 +160,11 @@ class Combiner:
                     schema=COUNTS_ARROW_SCHEMA,
                 )
             )
-        tallies = [(KIND_MALFORMED, self.malformed), (KIND_FUTURE, self.future)]
+        tallies = [
+            (KIND_MALFORMED, self.malformed),
+            (KIND_FUTURE, self.future),
+            (KIND_LOST, self.lost),
+        ]
         batches.extend(_single_row(kind, n) for kind, n in tallies if n)
         if not batches:
             return pa.RecordBatch.from_pylist([], schema=COUNTS_ARROW_SCHEMA)

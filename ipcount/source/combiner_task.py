@@ -48,7 +48,11 @@ def read_task(
             yield counts_heartbeat(heartbeat_ms)
         if rng is not None:
             combiner = Combiner(rules)
-            for msgs in read_messages(options, rng):
+
+            def lost(n: int) -> None:
+                combiner.lost += n
+
+            for msgs in read_messages(options, rng, on_lost=lost):
                 combiner.add(pa.array([m.value() for m in msgs], pa.binary()))
             result = combiner.result()
             if options.clean_range_markers and not (combiner.malformed or combiner.future):

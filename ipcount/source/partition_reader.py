@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 import numpy as np
@@ -21,6 +21,7 @@ from confluent_kafka import (
 from ipcount.errors import SourceError
 from ipcount.kafka.client import describe_kafka_error
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
+from ipcount.source.data_loss import lost_offsets
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
 from ipcount.source.schema import RECORDS_ARROW_SCHEMA, TIMESTAMP
@@ -102,21 +103,27 @@ def read_range(
 
 
 def read_messages(
-    options: SourceOptions, rng: OffsetRange, batch_rows: int = BATCH_ROWS
+    options: SourceOptions,
+    rng: OffsetRange,
+    batch_rows: int = BATCH_ROWS,
+    on_lost: Callable[[int], None] | None = None,
 ) -> Iterator[list[Message]]:
     """Read offsets [rng.start, rng.end) of one partition in chunks of at most `batch_rows`
     records and options.max_bytes_per_batch value bytes (a larger record: a chunk alone).
 
     Reads until the consumer's position reaches rng.end: control records and aborted records
-    occupy offsets but are never returned, so counting records would wait forever.
+    occupy offsets but are never returned, so counting records would wait forever. Offsets of
+    the range deleted before they were read (failOnDataLoss=false) are skipped, logged, and
+    their number handed to `on_lost`.
 
     Raises:
-        SourceError: data loss with failOnDataLoss=true, a Kafka error, or no progress within
-            kafkaConsumer.pollTimeoutMs; always naming topic, partition and offsets.
+        DataLossError: offsets of the range were deleted, with failOnDataLoss=true.
+        SourceError: a Kafka error, or no progress within kafkaConsumer.pollTimeoutMs; always
+            naming topic, partition and offsets.
     """
     consumer = new_consumer(options.consumer_conf("executor"))
     try:
-        state = _ReadState(rng.start)
+        state = _ReadState(rng.start, on_lost)
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         while state.pos < rng.end:
             # Message objects are GC-tracked: no collections while a batch of them is built.
@@ -130,11 +137,12 @@ def read_messages(
 class _ReadState:
     """Where a range read stands: the next offset, and when it last moved."""
 
-    __slots__ = ("pos", "last_progress")
+    __slots__ = ("pos", "last_progress", "on_lost")
 
-    def __init__(self, pos: int) -> None:
+    def __init__(self, pos: int, on_lost: Callable[[int], None] | None = None) -> None:
         self.pos = pos
         self.last_progress = time.monotonic()
+        self.on_lost = on_lost
 
 
 def _chunks(msgs: list[Message], max_bytes: int, total: int) -> list[list[Message]]:
@@ -187,9 +195,10 @@ def _next_batch(
                 if good:
                     st.pos = offset_of(good[-1]) + 1
                 error = cast(KafkaError, msgs[failed].error())
-                restart = _handle_read_error(consumer, options, rng, st.pos, error)
-                if restart is None:
-                    break
+                restart, lost = _handle_read_error(consumer, options, rng, st.pos, error)
+                if lost and st.on_lost is not None:
+                    st.on_lost(lost)
+                # The rest of the range deleted: the read is done (st.pos reaches the end).
                 st.pos = restart
                 st.last_progress = time.monotonic()
                 continue
@@ -216,8 +225,9 @@ def _next_batch(
 
 def _handle_read_error(
     consumer: Consumer, options: SourceOptions, rng: OffsetRange, pos: int, err: KafkaError
-) -> int | None:
-    """Handle a consume error at `pos`: the offset to continue from, None to stop, or raise."""
+) -> tuple[int, int]:
+    """Handle a consume error at `pos`: (the offset to continue from, rng.end when the rest of
+    the range is gone; how many offsets were lost), or raise."""
     where = f"{rng.topic}/{rng.partition}"
     if err.code() not in _DATA_LOSS_CODES:
         raise SourceError(
@@ -234,18 +244,16 @@ def _handle_read_error(
             f"{describe_kafka_error(exc)}"
         ) from exc
     if pos < low:
-        detail = f"offsets {pos}-{min(low, rng.end) - 1} were deleted (log now starts at {low})"
-        resume = low
+        resume = min(low, rng.end)
+        detail = f"were deleted before they were read (log now starts at {low})"
     else:
-        detail = f"offset {pos} is beyond the end of the log ({high})"
         resume = rng.end
-    if options.fail_on_data_loss:
-        raise SourceError(
-            f"data loss in {where} while reading {rng.start}-{rng.end}: {detail}. Set option "
-            "failOnDataLoss=false to skip lost offsets"
-        ) from KafkaException(err)
-    logger.warning("data loss in %s: %s; failOnDataLoss=false, continuing", where, detail)
-    if resume >= rng.end:
-        return None
-    consumer.assign([TopicPartition(rng.topic, rng.partition, resume)])
-    return resume
+        detail = f"are beyond the end of the log ({high}); was the topic deleted and re-created?"
+    lost_offsets(
+        options.fail_on_data_loss,
+        f"partition {where}: offsets {pos}-{resume - 1} {detail} (read task {rng.start}-"
+        f"{rng.end}; {resume - pos} offsets)",
+    )
+    if resume < rng.end:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, resume)])
+    return resume, resume - pos

@@ -13,7 +13,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from ipcount.errors import SourceError
+from ipcount.errors import DataLossError, SourceError
 from ipcount.kafka.client import with_client_logging
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition, KafkaStreamReader
@@ -217,11 +217,40 @@ def test_data_loss_while_reading_on_an_executor(bootstrap: str) -> None:
     # As if the records were deleted after the driver planned [10, 100).
     task = KafkaInputPartition(OffsetRange(topic, 0, 10, 100))
     with pytest.raises(
-        SourceError, match=f"data loss in {topic}/0 while reading 10-100: offsets 10-39"
+        DataLossError,
+        match=f"data loss: partition {topic}/0: offsets 10-39 were deleted before they were read "
+        r"\(log now starts at 40\) \(read task 10-100; 30 offsets\).*fail_on_data_loss = false",
     ):
         _rows(_reader(bootstrap, topic).read(task))
     rows = _rows(_reader(bootstrap, topic, failOnDataLoss="false").read(task))
     assert [r["offset"] for r in rows] == list(range(40, 100))
+
+
+def test_a_read_task_whose_whole_range_was_deleted_ends_at_once(bootstrap: str) -> None:
+    """failOnDataLoss=false: the rest of a task's range deleted is skipped, not waited for until
+    kafkaConsumer.pollTimeoutMs (and then failed, again and again); the skipped offsets are
+    handed to the task's tally."""
+    from ipcount.source.options import parse_options
+    from ipcount.source.partition_reader import read_messages
+
+    topic = _topic(bootstrap, 1)
+    _produce(bootstrap, topic, 0, 100)
+    admin = AdminClient(with_client_logging({"bootstrap.servers": bootstrap}))
+    for fut in admin.delete_records([TopicPartition(topic, 0, 40)]).values():
+        fut.result(timeout=30)
+    lenient = {"failOnDataLoss": "false", "kafkaConsumer.pollTimeoutMs": "8000"}
+    started = time.monotonic()
+    gone = KafkaInputPartition(OffsetRange(topic, 0, 10, 30))
+    assert _rows(_reader(bootstrap, topic, **lenient).read(gone)) == []
+    assert time.monotonic() - started < 6
+    opts = parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **lenient})
+    lost: list[int] = []
+    for rng in (OffsetRange(topic, 0, 10, 30), OffsetRange(topic, 0, 20, 60)):
+        read = [
+            m.offset() for chunk in read_messages(opts, rng, on_lost=lost.append) for m in chunk
+        ]
+        assert read == list(range(max(40, rng.start), rng.end))
+    assert lost == [20, 20]
 
 
 def test_open_transaction_is_not_data_loss_and_reads_stop_at_the_stable_offset(

@@ -222,8 +222,8 @@ def test_data_loss_fails_the_query_or_skips_when_allowed(
     finally:
         query.stop()
     message = str(failure.value)
-    assert "SourceError" in message and f"{topic}/0: offsets 10-39 were deleted" in message
-    assert "failOnDataLoss=false" in message
+    assert "DataLossError" in message and f"{topic}/0: offsets 10-39 were deleted" in message
+    assert "fail_on_data_loss = false" in message
 
     sink = Collector()
     _run_available_now(

@@ -193,3 +193,15 @@ def test_unknown_figures_in_a_progress_event_do_not_freeze_the_metrics(
     assert got[("ipcount_batches_total", (("query", "ipcount"),))] == 1
     assert got[("ipcount_transactions_committed_total", (("query", "ipcount"),))] == 0
     assert got[("ipcount_input_records_per_second", ())] == 0
+
+
+def test_offsets_lost_to_retention_are_counted(metrics: JobMetrics, url: str) -> None:
+    """failOnDataLoss=false: the read tasks' tally of skipped offsets reaches Prometheus."""
+    metrics.started()
+    lossy = copy.deepcopy(PROGRESS)
+    lossy["observedMetrics"]["ipcount_quality"]["lost"] = 3000
+    metrics.progress(lossy)
+    metrics.progress(PROGRESS)
+    got = _samples(url)
+    assert got[("ipcount_source_lost_records_total", ())] == 3000
+    assert got[("ipcount_records_total", ())] == 2400  # lost offsets are not records read

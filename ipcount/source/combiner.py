@@ -40,12 +40,15 @@ class BatchRules:
     """What a read task needs to judge its records, all from the batch's offset-log entry.
 
     `future_after_ms`: event times above this are future (None: no bound); `late_before_ms`:
-    records of windows ending at or before this are late (None: unknown, never late here)."""
+    records of windows ending at or before this are late (None: unknown, never late here);
+    `clock_ms`: the batch's time, which the watermark must not pass: a counted record after it
+    leaves as a correction of its window and carries this time (None: no bound)."""
 
     window_ms: int
     max_future_skew_ms: int = 0
     future_after_ms: int | None = None
     late_before_ms: int | None = None
+    clock_ms: int | None = None
 
     def future(self, parsed: ParsedChunk) -> np.ndarray:
         ok = parsed.verdict == OK
@@ -84,8 +87,9 @@ class Combiner:
       that is still open when its batch is processed counts the record on time.
 
     A counted row's `event_time` is the newest event time among its records (the carrier a late
-    row rides on is `late_before` instead): Spark's watermark, the maximum over rows, is still the
-    true maximum event time, and the row falls in the window it counts for. Malformed and future
+    row rides on is `late_before` instead, and a row ahead of the batch's time rides on that
+    time, `clock_ms`, and leaves as a correction): Spark's watermark, the maximum over rows, is
+    the true maximum event time up to the batch's time, never past it. Malformed and future
     records become one `malformed` / `future` row each per task (their count), for the quality
     metrics.
     """
@@ -117,6 +121,15 @@ class Combiner:
             if late_before is not None
             else np.zeros(len(start), dtype=bool)
         )
+        clock = self.rules.clock_ms
+        if clock is not None:
+            # Ahead of the batch's clock (within the skew): counted under its own window, but
+            # its carrier is the clock, so the watermark cannot run ahead of it; its window has
+            # no result yet when the carrier's window closes, so it leaves as a correction.
+            ahead = event > clock
+            if ahead.any():
+                late = late | ahead
+                event = np.where(ahead, clock, event)
         table = pa.table(
             {
                 "w": start,
@@ -142,11 +155,17 @@ class Combiner:
             late = rows["late"].combine_chunks()
             newest = rows["ev"].combine_chunks()
             late_before = self.rules.late_before_ms
-            carrier = (
-                pc.if_else(late, pa.scalar(late_before, pa.int64()), newest)
-                if late_before is not None
-                else newest
-            )
+            if late_before is not None:
+                # A row of an emitted window rides on late_before; one ahead of the clock on
+                # the clock (its `ev`).
+                ended = pc.less_equal(
+                    pc.add(rows["w"].combine_chunks(), self.rules.window_ms), late_before
+                )
+                carrier = pc.if_else(
+                    pc.and_(late, ended), pa.scalar(late_before, pa.int64()), newest
+                )
+            else:
+                carrier = newest
             batches.append(
                 pa.RecordBatch.from_arrays(
                     [

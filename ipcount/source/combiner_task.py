@@ -29,6 +29,9 @@ def batch_rules(
         max_future_skew_ms=skew,
         future_after_ms=future_bound(batch_ms, skew),
         late_before_ms=late_before_ms,
+        # The watermark stays behind the batch's time; a record ahead of it leaves as a
+        # correction, so this needs late corrections (without them Spark's rule applies).
+        clock_ms=batch_ms if options.late_corrections and skew > 0 else None,
     )
 
 

@@ -141,5 +141,11 @@ class HeartbeatPlanner:
             # The planning clock bounds the base (future skew); the base is then kept in the offset,
             # so a replayed batch reuses it and never reads the clock again.
             now_ms = int(time.time() * 1000)
-            self._base_cache = (key, self._offsets.latest_event_ms(offsets, now_ms))
+            newest = self._offsets.latest_event_ms(offsets, now_ms)
+            opts = self.options
+            if newest is not None and opts.late_corrections and opts.max_future_skew_ms > 0:
+                # Nor past the clock: a record ahead of it (within the skew) is counted with
+                # the clock as its carrier (source.combiner), and heartbeats follow suit.
+                newest = min(newest, now_ms)
+            self._base_cache = (key, newest)
         return self._base_cache[1]

@@ -153,3 +153,27 @@ def test_a_heartbeat_row_carries_only_an_event_time() -> None:
         ("heartbeat", None, None, 0, T0 + 7_000, False)
     ]
     assert datetime.fromtimestamp(T0 / 1000, UTC).isoformat() == "2026-01-01T00:00:00+00:00"
+
+
+def test_a_record_ahead_of_the_batch_clock_counts_in_its_window_but_rides_on_the_clock() -> None:
+    """The watermark never passes the batch's time: a record within the skew but after the
+    batch's time keeps its window, leaves as a correction, and carries the batch's time."""
+    batch_ms, skew, late_before = T0 + 60_000, 300_000, T0 + 50_000
+    rules = BatchRules(W, skew, batch_ms + skew, late_before, clock_ms=batch_ms)
+    ahead = T0 + 60_000 + 299_000
+    got = rows(
+        combine(
+            [
+                line("10.0.0.1", T0 + 58_000),  # ordinary: on time, its own event time
+                line("10.0.0.9", ahead),  # 299 s ahead of the batch's time
+                line("10.0.0.1", T0 + 60_000),  # exactly the batch's time: not ahead
+            ],
+            rules,
+        )
+    )
+    assert got == [
+        ("counted", T0 + 55_000, "10.0.0.1", 1, T0 + 58_000, False),
+        ("counted", T0 + 60_000, "10.0.0.1", 1, T0 + 60_000, False),
+        ("counted", ahead - ahead % W, "10.0.0.9", 1, batch_ms, True),
+    ]
+    assert max(r[4] for r in got if r[4] is not None) <= batch_ms

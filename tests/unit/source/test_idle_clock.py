@@ -63,3 +63,29 @@ def test_the_idle_clock_starts_at_the_first_plan_without_new_records(clock: _Clo
     clock.now += 1.5
     beat = planner.next(end, {TP: 1_000_000}, False)  # idle 2.5 s: the windows may close
     assert beat is not None and beat.base == 1_795_000_000_000 and offsets.lookups == 1
+
+
+def test_heartbeats_start_no_later_than_the_planning_clock(clock: _Clock) -> None:
+    """A record stamped within the future skew (here 299 s ahead of the clock) is the newest
+    event time, but heartbeats must not carry the watermark past the clock."""
+
+    class _Ahead(_Offsets):
+        def latest_event_ms(self, ends: Any, now_ms: int | None = None) -> int:
+            return 1_795_000_100_000 + 299_000
+
+    options = parse_options(
+        {
+            "subscribe": "access",
+            "kafka.bootstrap.servers": "127.0.0.1:9",
+            "idleTimeoutMs": "2000",
+            "maxFutureSkewMs": "300000",
+            "queryCheckpoint": "/unused",
+        }
+    )
+    planner = HeartbeatPlanner(options, _Ahead())
+    end = SourceOffset({TP: 10})
+    planner.records_read()
+    assert planner.next(end, {TP: 10}, False) is None
+    clock.now += 2.5
+    beat = planner.next(end, {TP: 10}, False)
+    assert beat is not None and beat.base == 1_795_000_100_000, beat

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from ipcount.config import Settings
-from ipcount.errors import ConfigError, FatalKafkaError, IpcountError, TransactionAbortedError
+from ipcount.errors import ConfigError, FatalKafkaError, IpcountError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
@@ -273,7 +273,8 @@ def test_missing_topics_are_named(make_settings: Callable[..., Settings]) -> Non
 
 
 def test_abortable_error_classification(sink_settings: Settings) -> None:
-    """A record too large for the broker fails the transaction, which is aborted; retry works."""
+    """A record too large for the producer fails the transaction, which is aborted; a retry would
+    meet the same record, so the error is final (no restart loop); other batches still commit."""
     cfg = _config(
         sink_settings,
         producer_conf={
@@ -283,9 +284,10 @@ def test_abortable_error_classification(sink_settings: Settings) -> None:
     )
     session = TxnSession(cfg)
     big = [(b"k", b"x" * 5000)]
-    with pytest.raises(TransactionAbortedError, match="transaction was aborted") as info:
+    with pytest.raises(FatalKafkaError, match="transaction was aborted") as info:
         session.commit_batch(0, big)
     assert "MSG_SIZE_TOO_LARGE" in str(info.value)
+    assert "for its content" in str(info.value) and "message.max.bytes" in str(info.value)
     assert session.started and session.last_committed is None
     b0 = _results(0, 3)
     assert session.commit_batch(0, _records(b0)).status == "committed"

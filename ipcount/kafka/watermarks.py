@@ -27,6 +27,7 @@ LEADER_MOVING = frozenset(
         KafkaError.KAFKA_STORAGE_ERROR,
         KafkaError.OFFSET_NOT_AVAILABLE,  # a new leader before its high watermark is known
         KafkaError._TRANSPORT,  # the old leader's connection died with it
+        KafkaError._DESTROY_BROKER,  # it left the metadata while a request waited on it
         KafkaError._ALL_BROKERS_DOWN,
     }
 )

@@ -41,6 +41,9 @@ class _MovingLeader:
         KafkaError.LEADER_NOT_AVAILABLE,  # 5: an election under way
         KafkaError.REPLICA_NOT_AVAILABLE,
         KafkaError._TRANSPORT,  # the old leader's connection died with it (SIGKILL)
+        # The dead broker left the cluster's metadata while the request waited on its handle
+        # (seen on a three-node cluster: the dead-letter query's start failed on it).
+        KafkaError._DESTROY_BROKER,
         KafkaError.UNKNOWN_TOPIC_OR_PART,  # a topic just created, not yet known everywhere
     ],
 )

@@ -1,0 +1,149 @@
+"""`ipcount broker start --nodes 3`: a local replicated Apache Kafka cluster (three KRaft nodes), as
+a user runs it from the CLI, losing a partition leader to SIGKILL while transactions go on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from ipcount.childproc import pid_alive
+from ipcount.kafka.watermarks import partition_offsets
+from ipcount.local.kraft_cluster import KafkaCluster
+
+ROOT = Path(__file__).resolve().parents[3]
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipcount", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def _committed(bootstrap: str, topic: str, partition: int, count: int) -> list[bytes]:
+    """What a read_committed consumer reads from the start of `topic`[`partition`]."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None:
+                    got.append(msg.value() or b"")
+        return got
+    finally:
+        consumer.close()
+
+
+def test_a_three_node_cluster_keeps_transactions_through_a_leader_kill(
+    tmp_path: Path, broker_kind: str
+) -> None:
+    if broker_kind != "kafka":
+        pytest.skip("a local cluster is Apache Kafka only")
+    tag = uuid.uuid4().hex[:8]
+    env = {
+        "IPCOUNT_BROKER_KIND": "kafka",
+        "IPCOUNT_BROKER_DATA_DIR": str(tmp_path / "cluster"),
+        "IPCOUNT_TOPICS_SOURCE": f"src-{tag}",
+        "IPCOUNT_TOPICS_SINK": f"sink-{tag}",
+        "IPCOUNT_TOPICS_PROGRESS": f"progress-{tag}",
+        "IPCOUNT_TOPICS_LATE": f"late-{tag}",
+        "IPCOUNT_TOPICS_DEAD_LETTER": f"dlq-{tag}",
+    }
+    started = _cli("broker", "start", "--nodes", "3", env=env)
+    cluster = KafkaCluster.found_in(tmp_path / "cluster")
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert cluster is not None and cluster.nodes == 3
+        pids = [s.pid for s in cluster.status()]
+        assert all(pids), pids
+        bootstrap = cluster.bootstrap
+        assert f"bootstrap {bootstrap}" in started.stdout
+        assert len(bootstrap.split(",")) == 3
+        env["IPCOUNT_KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+
+        # topics.replication_factor = 0 (default): the cluster's size.
+        created = _cli("topics", "create", env=env)
+        assert created.returncode == 0, created.stderr[-3000:]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        md = admin.list_topics(timeout=10)
+        assert len(md.brokers) == 3
+        sink = f"sink-{tag}"
+        topics = [f"src-{tag}", sink, f"progress-{tag}", f"late-{tag}", f"dlq-{tag}"]
+        for name in topics:
+            for part in md.topics[name].partitions.values():
+                assert len(part.replicas) == 3, (name, part.replicas)
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        resources.append(ConfigResource(ResourceType.BROKER, "1"))
+        configs = {r.name: f.result() for r, f in admin.describe_configs(resources).items()}
+        for name in topics:
+            assert configs[name]["min.insync.replicas"].value == "2", name
+        broker = configs["1"]
+        assert broker["transaction.state.log.replication.factor"].value == "3"
+        assert broker["transaction.state.log.min.isr"].value == "2"
+        assert broker["offsets.topic.replication.factor"].value == "3"
+
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"txn-{tag}", "acks": "all"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(sink, b"before", partition=0)
+        producer.commit_transaction(30)
+
+        # SIGKILL the leader of the sink's partition 0, by its PID.
+        leader = md.topics[sink].partitions[0].leader
+        victim = cluster.node(leader)
+        victim_pid = victim.pid
+        assert victim_pid is not None
+        victim.kill()
+        assert not pid_alive(victim_pid)
+        t0 = time.monotonic()
+        producer.begin_transaction()
+        producer.produce(sink, b"after", partition=0)
+        producer.commit_transaction(60)
+        commit_s = time.monotonic() - t0
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{tag}"})
+        try:
+            _, end = partition_offsets(probe, sink, 0, timeout=30)
+        finally:
+            probe.close()
+        assert end >= 4  # two records and two commit markers
+        assert _committed(bootstrap, sink, 0, 2) == [b"before", b"after"]
+        new_leader = admin.list_topics(timeout=10).topics[sink].partitions[0].leader
+        assert new_leader not in (leader, -1)
+        print(f"leader {leader} killed; the next transaction committed in {commit_s:.1f}s")
+
+        status = _cli("broker", "status", env=env)
+        assert status.returncode == 3 and "2 of 3 nodes running" in status.stdout, status.stdout
+        # `broker start` brings the killed node back; the cluster is whole again.
+        again = _cli("broker", "start", "--nodes", "3", env=env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert _cli("broker", "status", env=env).returncode == 0
+        pids = [s.pid for s in cluster.status()]
+    finally:
+        stopped = _cli("broker", "stop", env=env)
+    assert stopped.returncode == 0 and "cluster stopped: 3 nodes" in stopped.stdout, stopped
+    assert not any(pid is not None and pid_alive(pid) for pid in pids), pids

@@ -13,7 +13,14 @@ from ipcount.config import Settings
 from ipcount.errors import BrokerError
 from ipcount.kafka.client import admin_client, describe_kafka_error, wait_for_metadata
 
-__all__ = ["TopicSpec", "topic_specs", "ensure_topics", "missing_topics", "replication_factor"]
+__all__ = [
+    "PROGRESS_CONFIG",
+    "TopicSpec",
+    "topic_specs",
+    "ensure_topics",
+    "missing_topics",
+    "replication_factor",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +35,16 @@ class TopicSpec:
     config: dict[str, str]
 
 
+# The progress topic's settings (see topic_specs); for a topic made before they were set:
+# kafka-configs.sh --alter --entity-type topics --entity-name PROGRESS --add-config segment.ms=...
+PROGRESS_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": "3600000",
+    "max.compaction.lag.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """The topics the configured pipeline uses."""
     t = settings.topics
@@ -36,8 +53,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             t.source, "source", t.source_partitions, {"retention.ms": str(t.source_retention_ms)}
         ),
         TopicSpec(t.sink, "sink", t.sink_partitions, {}),
-        # One compacted partition: the latest committed batch per query id.
-        TopicSpec(t.progress, "progress", 1, {"cleanup.policy": "compact"}),
+        # One compacted partition: the latest committed batch per query id. A marker a batch
+        # (about one a second per query) would sit in the active segment, which compaction never
+        # touches, until it rolls (7 days by default): every start reads the whole topic, so
+        # roll and compact it within the hour and it stays small in the job's age.
+        TopicSpec(t.progress, "progress", 1, PROGRESS_CONFIG),
         TopicSpec(t.late, "late", t.sink_partitions, {}),
         TopicSpec(
             t.dead_letter,

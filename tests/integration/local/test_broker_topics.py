@@ -117,6 +117,8 @@ def test_ensure_topics_settings_and_idempotence(settings: Settings) -> None:
     configs = {res.name: fut.result() for res, fut in futures.items()}
     assert configs[settings.topics.source]["retention.ms"].value == "-1"
     assert configs[settings.topics.progress]["cleanup.policy"].value == "compact"
+    # Rolled and compacted within the hour: a start reads the whole topic (issue #37's soak).
+    assert configs[settings.topics.progress]["segment.ms"].value == "3600000"
 
 
 def test_broker_survives_restart_with_data(tmp_path: Path, make_settings, new_broker) -> None:  # type: ignore[no-untyped-def]

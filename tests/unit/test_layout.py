@@ -34,6 +34,8 @@ LAYERS: list[set[str]] = [
     {"ipcount.observe"},
     {"ipcount.job", "ipcount.verify", "ipcount.local", "ipcount.dashboard"},
     {"ipcount.chaos", "loadgen"},
+    # The soak runs a job like chaos does (its broker, topics, generator and job processes).
+    {"ipcount.soak"},
     {"ipcount.commands", "loadgen.bench"},
     {"ipcount.cli"},
     {"loadgen.cli"},

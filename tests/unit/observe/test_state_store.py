@@ -53,9 +53,7 @@ def test_snapshots_keeping_up_or_a_young_lag_are_healthy() -> None:
 
 
 def test_checkpoint_format_v2_names_count_too() -> None:
-    f = figures_of(
-        [StateFile("0/0/7_1a2b.changelog", 1, 1.0), StateFile("0/0/5_9f.zip", 1, 1.0)]
-    )
+    f = figures_of([StateFile("0/0/7_1a2b.changelog", 1, 1.0), StateFile("0/0/5_9f.zip", 1, 1.0)])
     assert (f.changelogs, f.snapshots, f.snapshot_version, f.lag_versions) == (1, 1, 5, 2)
 
 

@@ -66,6 +66,8 @@ def partition_offsets(
             code = err.code() if isinstance(err, KafkaError) else None
             if code == KafkaError._TIMED_OUT and fresh is None:
                 fresh = min(timeout, 5.0)
+                # A SIGKILLed leader answers nothing: ask the one elected meanwhile.
+                _refresh(probe, topic, time.monotonic() + fresh)
                 continue
             now = time.monotonic()
             if code in _UNKNOWN_TOPIC and now - start > min(_NEW_TOPIC_GRACE_S, timeout):

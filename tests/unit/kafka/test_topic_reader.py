@@ -147,6 +147,9 @@ class _StalledProbe:
         self.timeouts = timeouts
         self.calls: list[float] = []
 
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> None:
+        pass
+
     def get_watermark_offsets(self, tp: object, timeout: float, cached: bool) -> tuple[int, int]:
         from confluent_kafka import KafkaError, KafkaException
 

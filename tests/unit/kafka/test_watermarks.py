@@ -79,3 +79,13 @@ def test_an_error_no_retry_can_cure_fails_at_once() -> None:
     with pytest.raises(BrokerError, match="TOPIC_AUTHORIZATION_FAILED"):
         partition_offsets(probe, "sink", 0, timeout=30)  # type: ignore[arg-type]
     assert probe.asked == 1
+
+
+def test_a_request_that_timed_out_on_a_dead_leader_is_asked_again_of_the_new_one() -> None:
+    """SIGKILLed, the leader answers nothing: the request times out. The one more request made
+    after a timeout goes out after a metadata refresh, to the leader elected meanwhile (seen on a
+    three-node cluster: the dead-letter query's start failed on the progress topic)."""
+    probe = _MovingLeader(KafkaError._TIMED_OUT)
+    assert partition_offsets(probe, "sink", 0, timeout=5) == (3, 42)  # type: ignore[arg-type]
+    assert probe.asked == 2
+    assert probe.refreshes == ["sink"]

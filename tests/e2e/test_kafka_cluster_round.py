@@ -1,0 +1,99 @@
+"""A short cluster round: `ipcount run` against a local three-node Apache Kafka cluster (`ipcount
+broker start --nodes 3`), the leader of the sink's partition 0 SIGKILLed while records flow; the
+output stays exact."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from ipcount.chaos.processes import last_committed_batch
+from ipcount.config import load_settings
+from ipcount.kafka.topics import ensure_topics
+from ipcount.local.kraft_cluster import KafkaCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _wait(what: str, cond: Any, timeout: float) -> float:
+    """Wait for `cond()`; the seconds it took."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def test_ipcount_run_is_exact_through_a_leader_kill_on_three_nodes(
+    tmp_path: Path, broker_kind: str, Feed: Any, ipcount_env: Any, ipcount_cli: Any
+) -> None:
+    if broker_kind != "kafka":
+        pytest.skip("a local cluster is Apache Kafka only")
+    cluster = KafkaCluster(tmp_path / "cluster", 3)
+    cluster.start(timeout=120)
+    try:
+        tag = uuid.uuid4().hex[:8]
+        checkpoint = tmp_path / "ckpt"
+        settings = load_settings(
+            ROOT / "conf" / "ipcount.toml",
+            env={},
+            overrides=[
+                f"kafka.bootstrap_servers={cluster.bootstrap}",
+                f"topics.source=src-{tag}",
+                f"topics.sink=sink-{tag}",
+                f"topics.progress=progress-{tag}",
+                f"topics.late=late-{tag}",
+                f"topics.dead_letter=dlq-{tag}",
+                f"job.checkpoint_location={checkpoint}",
+            ],
+        )
+        ensure_topics(settings)
+        feed = Feed(settings)
+        feed.round(0, 20)
+        log = tmp_path / "job.log"
+        env = ipcount_env(settings, {"IPCOUNT_JOB_RESTART_DELAY_SECONDS": "2"})
+        with log.open("w") as err:
+            job = subprocess.Popen(
+                [sys.executable, "-m", "ipcount", "run"],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            _wait("a first committed batch", lambda: last_committed_batch(checkpoint), 180)
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            leader = admin.list_topics(timeout=10).topics[settings.topics.sink].partitions[0].leader
+            cluster.node(leader).kill()
+            before = last_committed_batch(checkpoint) or 0
+            feed.round(20, 40)
+            # Records of the second round are counted: the job went on without the dead leader.
+            after = _wait(
+                "batches after the leader's kill",
+                lambda: (last_committed_batch(checkpoint) or 0) >= before + 2,
+                120,
+            )
+            assert job.poll() is None, log.read_text()[-3000:]
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.wait(90)
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert job.returncode == 0, text[-3000:]
+        done = ipcount_cli(settings, "run", "--available-now", "--close-all-windows", env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        last = feed.verify(ipcount_cli, tmp_path)
+        assert last.endswith("exact=true"), last
+        restarts = [line for line in text.splitlines() if "restarting the query" in line]
+        # What the leader's kill cost the job (a query restart, or none): said, not yet asserted.
+        print(f"leader {leader} killed: two more batches in {after:.1f}s, restarts: {restarts}")
+    finally:
+        cluster.stop()

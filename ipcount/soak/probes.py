@@ -4,6 +4,7 @@ its checkpoint on disk, and the size of the progress topic. Linux /proc; no clie
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,15 +90,35 @@ def tree_bytes(root: Path) -> tuple[int, int]:
 
 
 def topic_records(settings: Settings, topic: str, timeout: float = 10.0) -> tuple[int, int]:
-    """(records, distinct partitions) the topic holds now: end minus start offset summed over
-    its partitions; (-1, 0) when the broker does not answer."""
-    from ipcount.errors import IpcountError
-    from ipcount.kafka.topic_reader import TopicReader
+    """(records, offsets) the topic holds now: the records a reader finds (after compaction) and
+    the offset span they lie in (end minus start offset, summed over its partitions); (-1, -1)
+    when the broker does not answer. Reads the whole topic: for small ones, like the progress
+    topic, whose offsets keep growing while compaction keeps its records few."""
+    from confluent_kafka import Consumer, TopicPartition
 
+    from ipcount.errors import IpcountError
+    from ipcount.kafka.topic_reader import TopicReader, consumer_conf
+
+    base = settings.kafka.to_librdkafka("consumer")
     try:
-        conf = settings.kafka.to_librdkafka("consumer")
-        with TopicReader(conf, topic, isolation="read_uncommitted", timeout=timeout) as reader:
+        with TopicReader(base, topic, isolation="read_uncommitted", timeout=timeout) as reader:
             marks = reader.watermarks()
     except IpcountError:
-        return -1, 0
-    return sum(max(0, high - low) for low, high in marks.values()), len(marks)
+        return -1, -1
+    span = sum(max(0, high - low) for low, high in marks.values())
+    consumer = Consumer(consumer_conf(base, "read_uncommitted", "ipcount-soak"))
+    try:
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in marks.items()])
+        left = {p: high for p, (low, high) in marks.items() if high > low}
+        records, deadline = 0, time.monotonic() + 6 * timeout
+        while left and time.monotonic() < deadline:
+            batch = consumer.consume(10_000, timeout=0.5)
+            records += sum(1 for msg in batch if msg.error() is None)
+            # The last offsets may be transaction markers, which no message shows: ask where
+            # the consumer stands.
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(left)]):
+                if tp.offset >= left[tp.partition]:
+                    left.pop(tp.partition)
+        return records, span
+    finally:
+        consumer.close()

@@ -84,7 +84,8 @@ class SoakSample:
     driver_rss: int = 0
     workers_rss: int = 0
     fds: int = 0
-    progress_records: int = 0
+    progress_records: int = 0  # what a reader of the progress topic finds (compacted)
+    progress_offsets: int = 0  # the offsets it spans (grow with every marker)
     health: str = ""
 
     def line(self) -> str:
@@ -98,7 +99,8 @@ class SoakSample:
             f"{self.state_files}f changelogs={self.changelogs} snapshots={self.snapshots} "
             f"snapshot_v={self.snapshot_version} driver_rss={self.driver_rss / mib:.0f}MiB "
             f"workers_rss={self.workers_rss / mib:.0f}MiB fds={self.fds} "
-            f"progress_records={self.progress_records} health={self.health!r}"
+            f"progress_records={self.progress_records}/{self.progress_offsets}offsets "
+            f"health={self.health!r}"
         )
 
 
@@ -238,6 +240,7 @@ class SoakRunner:
         ckpt_bytes, ckpt_files = tree_bytes(self.checkpoint)
         state = figures_of(list_local_state(str(self.checkpoint)) or [])
         procs = process_figures(self.job.pid) if self.job is not None else None
+        progress = topic_records(self.env.settings, self.env.settings.topics.progress)
         sample = SoakSample(
             age_s=self._age(),
             batches=done,
@@ -256,7 +259,8 @@ class SoakRunner:
             driver_rss=procs.driver_rss if procs else 0,
             workers_rss=procs.workers_rss if procs else 0,
             fds=procs.fds if procs else 0,
-            progress_records=topic_records(self.env.settings, self.env.settings.topics.progress)[0],
+            progress_records=progress[0],
+            progress_offsets=progress[1],
             health=self._health(),
         )
         self._restarts, self._firsts = [], []

@@ -177,10 +177,22 @@ class KafkaOffsetReader:
         futures = self._get_admin().list_offsets(
             request, isolation_level=isolation, request_timeout=DRIVER_TIMEOUT_S
         )
-        return {
+        found = {
             (tp.topic, tp.partition): int(fut.result(timeout=DRIVER_TIMEOUT_S + 5).offset)
             for tp, fut in futures.items()
         }
+        unknown = sorted(tp for tp, offset in found.items() if offset < 0)
+        if unknown:
+            # librdkafka answers OFFSET_INVALID (-1001) for a partition whose leader is away
+            # (killed, moving): never the log's end, ask again once metadata is refreshed.
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.LEADER_NOT_AVAILABLE,
+                    f"offset unknown for {', '.join(f'{t}/{p}' for t, p in unknown)} "
+                    "(no leader answered)",
+                )
+            )
+        return found
 
     def latest_event_ms(
         self, ends: Mapping[TopicPartitionKey, int], now_ms: int | None = None

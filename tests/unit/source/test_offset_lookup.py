@@ -1,0 +1,59 @@
+"""The driver's offset lookups while a partition's leader is away (issue #39): an answer of
+"unknown" (-1001, librdkafka's OFFSET_INVALID) is retried, never taken for the log's end."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ipcount.errors import SourceError
+from ipcount.source import offset_reader
+from ipcount.source.offset_reader import KafkaOffsetReader
+from ipcount.source.options import parse_options
+
+
+class _Admin:
+    """list_offsets answers each partition with the next of `answers` (then the last again)."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers, self.calls = answers, 0
+
+    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Future[Any]]:
+        offset = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        out: dict[Any, Future[Any]] = {}
+        for tp in request:
+            fut: Future[Any] = Future()
+            fut.set_result(SimpleNamespace(offset=offset))
+            out[tp] = fut
+        return out
+
+
+def _reader(admin: _Admin) -> KafkaOffsetReader:
+    reader = KafkaOffsetReader(
+        parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "src"})
+    )
+    reader._admin = admin  # type: ignore[assignment]
+    return reader
+
+
+def test_an_unknown_offset_from_a_partition_without_leader_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offset_reader.time, "sleep", lambda s: None)
+    admin = _Admin([-1001, -1001, 355])
+    assert _reader(admin).offsets([("src", 2)], "latest") == {("src", 2): 355}
+    assert admin.calls == 3
+
+
+def test_an_offset_that_stays_unknown_fails_with_the_partition_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offset_reader.time, "sleep", lambda s: None)
+    clock = iter(range(0, 10_000, 5))
+    monkeypatch.setattr(offset_reader.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(SourceError, match=r"latest offsets of src/2: .*unknown"):
+        _reader(_Admin([-1001])).offsets([("src", 2)], "latest")

@@ -80,17 +80,13 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # `loadgen bench --scaling`: JVM CPU 23.1 -> 13.7 s per 1M records, S 20.4 -> 18.3 s).
         "spark.driver.extraJavaOptions": JVM_OPTIONS,
         "spark.ui.showConsoleProgress": "false",
-        # Local checkpoints without Hadoop's .crc side files: every batch writes its offset and
-        # commit log entries and each state partition's changelog through Spark's checkpoint file
-        # manager, which uses Hadoop's FileContext (AbstractFileSystem), and the checksummed one
-        # writes and renames each file twice. Measured at 20k records/s: offset log 40 -> 22 ms,
-        # commit log 45 -> 25 ms, state commit 75 -> 40 ms per batch. Renames stay atomic;
-        # neither variant fsyncs. Only FileContext's `file` is raw: the FileSystem `file`
-        # (fs.file.impl) must stay Hadoop's LocalFileSystem, because RocksDB uploads its state
-        # snapshots with FileSystem.copyFromLocalFile, which casts it to LocalFileSystem; raw,
-        # every snapshot failed from batch ~50 on (issue #37). Files written without a .crc
-        # read back fine through the checksummed FileSystem (no checksum to verify).
-        "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
+        # Local checkpoints keep Hadoop's checksummed file systems (and their .crc side files),
+        # for FileContext and FileSystem alike. Raw variants were tried for speed (~20-35 ms less
+        # per batch) and both broke the state store in long runs (issue #37): a raw FileSystem
+        # `file` fails every RocksDB snapshot upload (copyFromLocalFile casts it to
+        # LocalFileSystem), and a raw FileContext deletes purged SST files without the .crc that
+        # the snapshot upload wrote beside them: a 2-hour soak left ~290 orphaned .crc files per
+        # state partition, growing without bound. See _check_snapshot_file_system.
     }
     conf.update(s.conf)
     return conf
@@ -181,27 +177,39 @@ def session_conf(
 
 
 def _check_snapshot_file_system(conf: Mapping[str, str]) -> None:
-    """Refuse a FileSystem `file` that RocksDB cannot upload state snapshots through.
+    """Refuse raw local file systems under the RocksDB state store.
 
-    RocksDBFileManager copies a snapshot's files with FileSystem.copyFromLocalFile, which casts
+    RocksDBFileManager uploads a snapshot's files with FileSystem.copyFromLocalFile, which casts
     the `file` file system to LocalFileSystem: with RawLocalFileSystem every snapshot fails, Spark
-    only logs it, the changelog grows forever and a bounded run fails its commit (issue #37).
+    only logs it, the changelog grows forever and a bounded run fails its commit. It deletes
+    purged files through Spark's checkpoint file manager (FileContext): with RawLocalFs the .crc
+    that the upload wrote beside each SST file stays behind, one more file for every purged SST,
+    forever (issue #37).
 
     Raises:
-        ConfigError: spark.hadoop.fs.file.impl is RawLocalFileSystem with the RocksDB store.
+        ConfigError: spark.hadoop.fs.file.impl is RawLocalFileSystem, or
+            spark.hadoop.fs.AbstractFileSystem.file.impl is RawLocalFs, with the RocksDB store.
     """
-    impl = conf.get("spark.hadoop.fs.file.impl", "")
     provider = conf.get("spark.sql.streaming.stateStore.providerClass", "")
-    if impl.endswith("RawLocalFileSystem") and provider.endswith("RocksDBStateStoreProvider"):
-        from ipcount.errors import ConfigError
+    if not provider.endswith("RocksDBStateStoreProvider"):
+        return
+    for key, raw, why in (
+        ("spark.hadoop.fs.file.impl", "RawLocalFileSystem", "snapshot uploads fail"),
+        (
+            "spark.hadoop.fs.AbstractFileSystem.file.impl",
+            "RawLocalFs",
+            "purged snapshot files leave their .crc files behind, without bound",
+        ),
+    ):
+        impl = conf.get(key, "")
+        if impl.endswith(raw):
+            from ipcount.errors import ConfigError
 
-        raise ConfigError(
-            f"spark.hadoop.fs.file.impl = {impl} breaks RocksDB's state snapshots (Hadoop casts "
-            "the file system to LocalFileSystem when it uploads one): remove it from [spark.conf] "
-            "or spark-defaults.conf; for .crc-free checkpoints set only "
-            "spark.hadoop.fs.AbstractFileSystem.file.impl = org.apache.hadoop.fs.local.RawLocalFs, "
-            "as ipcount does"
-        )
+            raise ConfigError(
+                f"{key} = {impl} breaks RocksDB's state snapshots ({why}): remove it from "
+                "[spark.conf] or spark-defaults.conf; the state store needs Hadoop's checksummed "
+                "local file systems"
+            )
 
 
 def _launched_conf() -> dict[str, str]:

@@ -76,6 +76,12 @@ def test_snapshots_are_written_and_old_changelogs_purged_across_a_restart(
     assert changelog_versions and changelog_versions[0] > 50, changelog_versions[:5]
     per_store = len(changelogs) / max(1, len({f.parent for f in changelogs}))
     assert per_store <= 60, f"{per_store:.0f} changelog files per state store: not purged"
+    # Nothing left behind by the purge: no Hadoop .crc side file without its data file (a raw
+    # FileContext deleted purged SST files and left their .crc files, without bound).
+    orphans = [
+        c for c in (checkpoint / "state").rglob(".*.crc") if not c.with_name(c.name[1:-4]).exists()
+    ]
+    assert not orphans, f"{len(orphans)} orphaned .crc files, e.g. {orphans[:3]}"
 
     last = feed.verify(ipcount_cli, tmp_path)
     assert last.endswith("exact=true"), last

@@ -64,7 +64,6 @@ def test_spark_defaults_agrees_with_ipcount_settings() -> None:
         "spark.sql.execution.arrow.pyspark.enabled",
         "spark.python.worker.reuse",
         "spark.driver.memory",
-        "spark.hadoop.fs.AbstractFileSystem.file.impl",
     ):
         assert key in shared, key
     assert {k: defaults[k] for k in shared} == {k: ours[k] for k in shared}
@@ -190,14 +189,29 @@ def test_a_raw_local_file_system_for_rocksdb_is_refused_with_the_reason() -> Non
     LocalFileSystem): the changelog grows forever and a bounded run fails near batch 50."""
     raw = "org.apache.hadoop.fs.RawLocalFileSystem"
     settings = load_settings(
-        None, env={}, overrides=[f"spark.conf.spark.hadoop.fs.file.impl={raw}"],
+        None,
+        env={},
+        overrides=[f"spark.conf.spark.hadoop.fs.file.impl={raw}"],
         use_default_path=False,
     )
     with pytest.raises(ConfigError, match=r"spark.hadoop.fs.file.impl.*snapshot"):
         session_conf(settings)
+    # A raw FileContext leaves the .crc of every purged SST file behind (a 2-hour soak: ~290 per
+    # state partition, growing).
+    raw_fc = "org.apache.hadoop.fs.local.RawLocalFs"
+    leaky = load_settings(
+        None,
+        env={},
+        overrides=[f"spark.conf.spark.hadoop.fs.AbstractFileSystem.file.impl={raw_fc}"],
+        use_default_path=False,
+    )
+    with pytest.raises(ConfigError, match=r"AbstractFileSystem.file.impl.*\.crc"):
+        session_conf(leaky)
+    assert "spark.hadoop.fs.AbstractFileSystem.file.impl" not in session_conf(_settings())
     # The HDFS-backed store does not copy files that way: allowed there.
     hdfs = load_settings(
-        None, env={},
+        None,
+        env={},
         overrides=[f"spark.conf.spark.hadoop.fs.file.impl={raw}", "spark.state_store=hdfs"],
         use_default_path=False,
     )

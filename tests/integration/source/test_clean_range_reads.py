@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -31,9 +32,11 @@ class _Fetched:
         self.reads = 0
         real = combiner_task.read_messages
 
-        def counting(options: SourceOptions, rng: OffsetRange) -> Iterator[list[Message]]:
+        def counting(
+            options: SourceOptions, rng: OffsetRange, **kwargs: Any
+        ) -> Iterator[list[Message]]:
             self.reads += 1
-            for msgs in real(options, rng):
+            for msgs in real(options, rng, **kwargs):
                 self.records += len(msgs)
                 yield msgs
 

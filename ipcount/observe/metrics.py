@@ -40,6 +40,25 @@ def _iso_seconds(text: Any) -> float | None:
     return seconds if seconds > 0 else None
 
 
+# The state store's gauges (ipcount_state_store_<name>), set by the state store poller.
+_STATE_GAUGES = (
+    ("bytes", "Bytes of the counting query's state store in the checkpoint"),
+    ("files", "Files of the counting query's state store in the checkpoint"),
+    ("changelog_files", "Changelog (or delta) files of the state store"),
+    ("snapshot_files", "Snapshot files of the state store"),
+    (
+        "snapshot_version",
+        "The last snapshot's version in the store partition furthest from one (0: none yet)",
+    ),
+    ("snapshot_lag_versions", "Versions written since that snapshot"),
+    (
+        "snapshot_age_seconds",
+        "Seconds since the first version after that snapshot was written (0: nothing since it)",
+    ),
+    ("degraded", "1 while state snapshots are not being written (see /healthz)"),
+)
+
+
 class JobMetrics:
     """Every metric of one driver process, in its own registry, plus what /healthz judges by.
 
@@ -161,24 +180,7 @@ class JobMetrics:
         self._degraded = ""
         self.state = {
             key: Gauge(f"ipcount_state_store_{key}", text, registry=r)
-            for key, text in (
-                ("bytes", "Bytes of the counting query's state store in the checkpoint"),
-                ("files", "Files of the counting query's state store in the checkpoint"),
-                ("changelog_files", "Changelog (or delta) files of the state store"),
-                ("snapshot_files", "Snapshot files of the state store"),
-                (
-                    "snapshot_version",
-                    "The last snapshot's version in the store partition "
-                    "furthest from one (0: none yet)",
-                ),
-                ("snapshot_lag_versions", "Versions written since that snapshot"),
-                (
-                    "snapshot_age_seconds",
-                    "Seconds since the first version after that snapshot "
-                    "was written (0: nothing since it)",
-                ),
-                ("degraded", "1 while state snapshots are not being written (see /healthz)"),
-            )
+            for key, text in _STATE_GAUGES
         }
         self.last_progress = Gauge(
             "ipcount_last_progress_timestamp_seconds",

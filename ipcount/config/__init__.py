@@ -3,6 +3,7 @@ overrides. The section classes live in `ipcount.config.settings`; the rest of ip
 what is named here."""
 
 from ipcount.config.load import default_config_path, load_settings
+from ipcount.config.redaction import redact
 from ipcount.config.settings import (
     MAX_BYTES_PER_BATCH,
     MAX_RECORD_BYTES,
@@ -10,7 +11,6 @@ from ipcount.config.settings import (
     MIN_TRANSACTION_TIMEOUT_MS,
     Settings,
     SinkSettings,
-    redact,
 )
 
 __all__ = [

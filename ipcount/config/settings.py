@@ -1,12 +1,13 @@
-"""ipcount's settings: one frozen dataclass per section, their validation, redaction of secrets."""
+"""ipcount's settings: one frozen dataclass per section and their validation."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipcount.config.redaction import redact
 from ipcount.errors import ConfigError
 
 __all__ = [
@@ -26,7 +27,6 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "WIRE_FORMATS",
     "MIN_TRANSACTION_TIMEOUT_MS",
-    "redact",
     "validate",
 ]
 
@@ -41,25 +41,6 @@ MAX_RECORD_BYTES = 8192
 WIRE_FORMATS = ("single-object", "confluent")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000
-
-# Keys whose values never appear in repr or logs.
-_SECRET_MARKERS = (
-    "password",
-    "secret",
-    "user.info",
-    "token",
-    "key.pem",
-    "credentials",
-    # sasl.oauthbearer.config carries client secrets as "key=value" pairs.
-    "oauthbearer.config",
-)
-
-
-def redact(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy of a librdkafka-style dict with secret values replaced by '***'."""
-    return {
-        k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in conf.items()
-    }
 
 
 @dataclass(frozen=True)
@@ -271,129 +252,136 @@ SECTIONS: dict[str, type] = {
 PASSTHROUGH = {"kafka": ("client", "consumer", "producer", "admin"), "spark": ("conf",)}
 
 
+# Bounds checked by one rule each: (section, key, least, strict, why). `strict`: the value must be
+# above `least`, else at least `least`. `why` may name the value as {value}.
+_BOUNDS: tuple[tuple[str, str, float, bool, str], ...] = (
+    ("kafka", "connect_timeout_seconds", 0, True, "must be positive"),
+    ("topics", "source_partitions", 1, False, "must be at least 1"),
+    ("topics", "sink_partitions", 1, False, "must be at least 1"),
+    ("topics", "replication_factor", 0, False, "must be at least 0"),
+    ("job", "window_seconds", 0, True, "must be positive, got {value}"),
+    ("job", "watermark_delay_seconds", 0, False, "must be zero or positive, got {value}"),
+    ("job", "idle_timeout_seconds", 0, True, "must be positive"),
+    ("job", "trigger_interval_seconds", 0, False, "must be zero (as fast as possible) or positive"),
+    ("job", "max_offsets_per_trigger", 1, False, "must be at least 1"),
+    ("job", "min_partitions", 0, False, "must be 0 (auto: twice the cores) or positive"),
+    ("job", "max_records_per_partition", 0, False, "must be 0 (no limit) or positive"),
+    ("job", "max_future_skew_seconds", 0, True, "must be positive"),
+    ("job", "dead_letter_max_bytes", 1024, False, "must be at least 1024"),
+    ("job", "max_bytes_per_batch", MIN_BYTES_PER_BATCH, False, "must be at least {least}"),
+    ("job", "restart_attempts", 0, False, "must be 0 (no restarts) or more"),
+    ("job", "restart_delay_seconds", 0, False, "must not be negative"),
+    (
+        "sink",
+        "transaction_timeout_ms",
+        MIN_TRANSACTION_TIMEOUT_MS,
+        False,
+        "must be at least {least}, got {value}",
+    ),
+    ("sink", "retry_deadline_seconds", 0, True, "must be positive"),
+    ("broker", "start_timeout_seconds", 0, True, "must be positive"),
+    ("broker", "transaction_max_timeout_ms", 1000, False, "must be at least 1000"),
+    ("spark", "shuffle_partitions", 1, False, "must be at least 1"),
+    ("metrics", "stall_triggers", 1, False, "must be at least 1"),
+    ("metrics", "lag_poll_seconds", 0, True, "must be positive"),
+    ("http", "request_timeout_seconds", 0, True, "must be positive"),
+    ("http", "workers", 1, False, "must be at least 1"),
+)
+# Settings that take one of a few words: (section, key, choices).
+_CHOICES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("kafka", "broker_quirks", ("auto", "noida-db", "none")),
+    ("sink", "wire_format", WIRE_FORMATS),
+    ("broker", "kind", ("noida-db", "kafka")),
+    ("spark", "state_store", ("rocksdb", "hdfs")),
+)
+_TOPIC_KEYS = ("source", "sink", "progress", "late", "dead_letter")
+
+_Fail = Callable[[str, str, str], None]
+
+
 def validate(s: Settings, origin: Mapping[tuple[str, ...], str] | None = None) -> None:
-    origin = origin or {}
+    """Check every setting; `origin`: where each (section, key) came from, for the message.
+
+    Raises:
+        ConfigError: the first wrong setting, by section.key (and where it was set).
+    """
+    where = origin or {}
 
     def fail(section: str, key: str, why: str) -> None:
-        where = origin.get((section, key))
-        prefix = f"{where}: " if where else ""
+        prefix = f"{where[(section, key)]}: " if where.get((section, key)) else ""
         raise ConfigError(f"{prefix}{section}.{key} {why}")
 
-    if not s.kafka.bootstrap_servers.strip():
+    _check_bounds(s, fail)
+    _check_choices(s, fail)
+    _check_kafka(s, fail)
+    _check_topics(s, fail)
+    _check_job(s, fail)
+    _check_services(s, fail)
+
+
+def _check_bounds(s: Settings, fail: _Fail) -> None:
+    for section, key, least, strict, why in _BOUNDS:
+        value = getattr(getattr(s, section), key)
+        if value < least or (strict and value == least):
+            fail(section, key, why.format(value=value, least=least))
+
+
+def _check_choices(s: Settings, fail: _Fail) -> None:
+    for section, key, choices in _CHOICES:
+        value = getattr(getattr(s, section), key)
+        if value not in choices:
+            words = ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}"
+            fail(section, key, f"must be {words}, got {value!r}")
+
+
+def _check_kafka(s: Settings, fail: _Fail) -> None:
+    servers = s.kafka.bootstrap_servers
+    if not servers.strip():
         fail("kafka", "bootstrap_servers", "must name at least one host:port")
-    for entry in s.kafka.bootstrap_servers.split(","):
+    for entry in servers.split(","):
         host, _, port = entry.strip().rpartition(":")
         if not host or not port.isdigit():
-            fail(
-                "kafka",
-                "bootstrap_servers",
-                f"must be host:port[,host:port...], got {s.kafka.bootstrap_servers!r}",
-            )
-    if s.kafka.connect_timeout_seconds <= 0:
-        fail("kafka", "connect_timeout_seconds", "must be positive")
-    for key in ("source", "sink", "progress", "late", "dead_letter"):
-        name = getattr(s.topics, key)
+            why = f"must be host:port[,host:port...], got {servers!r}"
+            fail("kafka", "bootstrap_servers", why)
+
+
+def _check_topics(s: Settings, fail: _Fail) -> None:
+    names = [getattr(s.topics, key) for key in _TOPIC_KEYS]
+    for key, name in zip(_TOPIC_KEYS, names, strict=True):
         if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
-            fail(
-                "topics",
-                key,
-                f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}",
-            )
-    names = [s.topics.source, s.topics.sink, s.topics.progress, s.topics.late, s.topics.dead_letter]
+            why = f"must be a valid Kafka topic name (letters, digits, '.', '_', '-'), got {name!r}"
+            fail("topics", key, why)
     if len(set(names)) != len(names):
         fail("topics", "source", f"and the other topic names must all differ, got {names}")
-    for key, least in (("source_partitions", 1), ("sink_partitions", 1), ("replication_factor", 0)):
-        if getattr(s.topics, key) < least:
-            fail("topics", key, f"must be at least {least}")
     if s.topics.source_retention_ms < -1 or s.topics.source_retention_ms == 0:
         fail("topics", "source_retention_ms", "must be -1 (forever) or a positive number of ms")
-    if s.job.window_seconds <= 0:
-        fail("job", "window_seconds", f"must be positive, got {s.job.window_seconds}")
-    if (s.job.window_seconds * 1000) % 1:
-        fail("job", "window_seconds", "must be a whole number of milliseconds")
-    if s.job.watermark_delay_seconds < 0:
-        fail(
-            "job",
-            "watermark_delay_seconds",
-            f"must be zero or positive, got {s.job.watermark_delay_seconds}",
-        )
-    if s.job.idle_timeout_seconds <= 0:
-        fail("job", "idle_timeout_seconds", "must be positive")
-    if s.job.trigger_interval_seconds < 0:
-        fail("job", "trigger_interval_seconds", "must be zero (as fast as possible) or positive")
-    if not s.job.checkpoint_location.strip():
-        fail("job", "checkpoint_location", "must name a directory (local path, hdfs://, s3a://)")
-    so = s.job.starting_offsets.strip()
-    if so not in ("earliest", "latest") and not so.startswith("{"):
-        fail(
-            "job", "starting_offsets", f"must be 'earliest', 'latest' or a JSON object, got {so!r}"
-        )
-    if s.job.max_offsets_per_trigger < 1:
-        fail("job", "max_offsets_per_trigger", "must be at least 1")
-    if s.job.min_partitions < 0:
-        fail("job", "min_partitions", "must be 0 (auto: twice the cores) or positive")
-    if s.job.max_records_per_partition < 0:
-        fail("job", "max_records_per_partition", "must be 0 (no limit) or positive")
-    if s.sink.transaction_timeout_ms < MIN_TRANSACTION_TIMEOUT_MS:
-        fail(
-            "sink",
-            "transaction_timeout_ms",
-            f"must be at least {MIN_TRANSACTION_TIMEOUT_MS}, got {s.sink.transaction_timeout_ms}",
-        )
-    if s.sink.wire_format not in WIRE_FORMATS:
-        fail(
-            "sink",
-            "wire_format",
-            f"must be {' or '.join(repr(f) for f in WIRE_FORMATS)}, got {s.sink.wire_format!r}",
-        )
-    if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
-        fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")
-    if s.sink.retry_deadline_seconds <= 0:
-        fail("sink", "retry_deadline_seconds", "must be positive")
-    if not 0 < s.broker.port < 65536:
-        fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
-    if s.job.max_future_skew_seconds <= 0:
-        fail("job", "max_future_skew_seconds", "must be positive")
-    if s.job.dead_letter_max_bytes < 1024:
-        fail("job", "dead_letter_max_bytes", "must be at least 1024")
-    if s.job.max_bytes_per_batch < MIN_BYTES_PER_BATCH:
-        fail("job", "max_bytes_per_batch", f"must be at least {MIN_BYTES_PER_BATCH}")
-    if s.job.restart_attempts < 0:
-        fail("job", "restart_attempts", "must be 0 (no restarts) or more")
-    if s.job.restart_delay_seconds < 0:
-        fail("job", "restart_delay_seconds", "must not be negative")
+
+
+def _check_job(s: Settings, fail: _Fail) -> None:
     job = s.job
+    if (job.window_seconds * 1000) % 1:
+        fail("job", "window_seconds", "must be a whole number of milliseconds")
+    if not job.checkpoint_location.strip():
+        fail("job", "checkpoint_location", "must name a directory (local path, hdfs://, s3a://)")
+    so = job.starting_offsets.strip()
+    if so not in ("earliest", "latest") and not so.startswith("{"):
+        why = f"must be 'earliest', 'latest' or a JSON object, got {so!r}"
+        fail("job", "starting_offsets", why)
     most = job.restart_attempts * job.restart_delay_seconds
     if job.restart_window_seconds < 0 or 0 < job.restart_window_seconds <= most:
         why = f"must be 0 (the job's life) or over attempts x delay ({most:g}s): a crash loop"
         fail("job", "restart_window_seconds", f"{why} must stop after job.restart_attempts")
-    if s.broker.start_timeout_seconds <= 0:
-        fail("broker", "start_timeout_seconds", "must be positive")
-    if s.kafka.broker_quirks not in ("auto", "noida-db", "none"):
-        fail(
-            "kafka",
-            "broker_quirks",
-            f"must be 'auto', 'noida-db' or 'none', got {s.kafka.broker_quirks!r}",
-        )
-    if s.broker.kind not in ("noida-db", "kafka"):
-        fail("broker", "kind", f"must be 'noida-db' or 'kafka', got {s.broker.kind!r}")
-    if s.broker.transaction_max_timeout_ms < 1000:
-        fail("broker", "transaction_max_timeout_ms", "must be at least 1000")
-    if s.spark.shuffle_partitions < 1:
-        fail("spark", "shuffle_partitions", "must be at least 1")
-    if s.spark.state_store not in ("rocksdb", "hdfs"):
-        fail("spark", "state_store", f"must be 'rocksdb' or 'hdfs', got {s.spark.state_store!r}")
+
+
+def _check_services(s: Settings, fail: _Fail) -> None:
+    """The sink's registry, and the ports and addresses the local services take."""
+    if s.sink.wire_format == "confluent" and not s.sink.schema_registry_url:
+        fail("sink", "schema_registry_url", "must be set when sink.wire_format = 'confluent'")
+    if not 0 < s.broker.port < 65536:
+        fail("broker", "port", f"must be a TCP port (1-65535), got {s.broker.port}")
     if not 0 <= s.metrics.port < 65536:
         fail("metrics", "port", f"must be 0 (off) or a TCP port (1-65535), got {s.metrics.port}")
     if not s.metrics.host.strip():
         fail("metrics", "host", "must name an address to listen on (127.0.0.1, 0.0.0.0, ::)")
-    if s.metrics.stall_triggers < 1:
-        fail("metrics", "stall_triggers", "must be at least 1")
-    if s.metrics.lag_poll_seconds <= 0:
-        fail("metrics", "lag_poll_seconds", "must be positive")
-    if s.http.request_timeout_seconds <= 0:
-        fail("http", "request_timeout_seconds", "must be positive")
-    if s.http.workers < 1:
-        fail("http", "workers", "must be at least 1")
     if s.http.max_connections < s.http.workers:
         fail("http", "max_connections", f"must be at least http.workers ({s.http.workers})")

@@ -40,22 +40,74 @@ def _iso_seconds(text: Any) -> float | None:
     return seconds if seconds > 0 else None
 
 
-# The state store's gauges (ipcount_state_store_<name>), set by the state store poller.
+# Every series' help text, by name.
+_HELP = {
+    "ipcount_records": "Source records read by the counting query (malformed and future "
+    "included, heartbeats excluded)",
+    "ipcount_input_records_per_second": "Source records per second of the counting query's last "
+    "micro-batch (Spark's inputRowsPerSecond scaled by records per row: the rows are partial "
+    "counts)",
+    "ipcount_source_lag_records": "Records in the source partition's stable log (read_committed "
+    "end) not yet read by a finished micro-batch of the counting query",
+    "ipcount_watermark_timestamp_seconds": "The counting query's event-time watermark (unix "
+    "seconds; NaN before the first)",
+    "ipcount_watermark_delay_seconds": "Wall-clock time now minus the watermark (NaN before the "
+    "first watermark)",
+    "ipcount_batch_duration_seconds": "Micro-batch duration (Spark's triggerExecution)",
+    "ipcount_batches": "Finished micro-batches",
+    "ipcount_results": "Rows the counting query committed: (window, IP) results, plus late-count "
+    "corrections when there are late records",
+    # The sink's commit() runs in a Python worker, not here, so transactions are counted from
+    # what the driver sees: a finished micro-batch that wrote rows committed one transaction; a
+    # failed micro-batch's transaction never commits (the sink aborts it, or the restarted
+    # query's init_transactions does).
+    "ipcount_transactions_committed": "Kafka transactions committed by the sink: finished "
+    "micro-batches that wrote rows",
+    "ipcount_transactions_aborted": "Queries that ended with an error: the failed micro-batch's "
+    "transaction, if begun, never commits",
+    "ipcount_late_records": "Records that arrived after their window's result was emitted",
+    "ipcount_malformed_records": "Records that are not an access-log line (dead-lettered when "
+    "enabled)",
+    "ipcount_future_records": "Records stamped too far ahead of the batch's time (not counted)",
+    "ipcount_heartbeats": "Idle heartbeats the source emitted to move the watermark",
+    "ipcount_source_lost_records": "Source offsets deleted before they were read, skipped "
+    "(job.fail_on_data_loss = false)",
+    "ipcount_query_restarts": "In-process query restarts (job.restart_attempts)",
+    "ipcount_query_restarts_left": "Restarts left in the window (job.restart_attempts within "
+    "job.restart_window_seconds)",
+    "ipcount_query_up": "1 while every query of the job runs",
+    "ipcount_last_progress_timestamp_seconds": "Unix time of the counting query's last finished "
+    "micro-batch (0: none yet)",
+    # The state store's gauges, set by the state store poller.
+    "ipcount_state_store_bytes": "Bytes of the counting query's state store in the checkpoint",
+    "ipcount_state_store_files": "Files of the counting query's state store in the checkpoint",
+    "ipcount_state_store_changelog_files": "Changelog (or delta) files of the state store",
+    "ipcount_state_store_snapshot_files": "Snapshot files of the state store",
+    "ipcount_state_store_snapshot_version": "The last snapshot's version in the store partition "
+    "furthest from one (0: none yet)",
+    "ipcount_state_store_snapshot_lag_versions": "Versions written since that snapshot",
+    "ipcount_state_store_snapshot_age_seconds": "Seconds since the first version after that "
+    "snapshot was written (0: nothing since it)",
+    "ipcount_state_store_degraded": "1 while state snapshots are not being written (see /healthz)",
+}
+# The record-quality counters (progress figure -> series), fed by each counting batch.
+_QUALITY = {
+    "late": "ipcount_late_records",
+    "malformed": "ipcount_malformed_records",
+    "future": "ipcount_future_records",
+    "heartbeats": "ipcount_heartbeats",
+    "lost": "ipcount_source_lost_records",
+}
+# The state store's gauges (ipcount_state_store_<key>).
 _STATE_GAUGES = (
-    ("bytes", "Bytes of the counting query's state store in the checkpoint"),
-    ("files", "Files of the counting query's state store in the checkpoint"),
-    ("changelog_files", "Changelog (or delta) files of the state store"),
-    ("snapshot_files", "Snapshot files of the state store"),
-    (
-        "snapshot_version",
-        "The last snapshot's version in the store partition furthest from one (0: none yet)",
-    ),
-    ("snapshot_lag_versions", "Versions written since that snapshot"),
-    (
-        "snapshot_age_seconds",
-        "Seconds since the first version after that snapshot was written (0: nothing since it)",
-    ),
-    ("degraded", "1 while state snapshots are not being written (see /healthz)"),
+    "bytes",
+    "files",
+    "changelog_files",
+    "snapshot_files",
+    "snapshot_version",
+    "snapshot_lag_versions",
+    "snapshot_age_seconds",
+    "degraded",
 )
 
 
@@ -87,109 +139,47 @@ class JobMetrics:
         self._waiting_since: float | None = None
         self._lag: int | None = 0
         self._lag_error = ""
+        self._degraded = ""
         self.positions: dict[TopicPartition, int] = {}
+        self._declare_metrics()
+        for name in queries:
+            for metric in (self.batches, self.committed, self.aborted):
+                metric.labels(query=name)
+
+    def _declare_metrics(self) -> None:
+        """Every series, its help text from _HELP."""
         r = self.registry
-        self.records = Counter(
-            "ipcount_records",
-            "Source records read by the counting query (malformed and future included, "
-            "heartbeats excluded)",
-            registry=r,
-        )
-        self.input_rate = Gauge(
-            "ipcount_input_records_per_second",
-            "Source records per second of the counting query's last micro-batch (Spark's "
-            "inputRowsPerSecond scaled by records per row: the rows are partial counts)",
-            registry=r,
-        )
-        self.lag = Gauge(
-            "ipcount_source_lag_records",
-            "Records in the source partition's stable log (read_committed end) not yet read by a "
-            "finished micro-batch of the counting query",
-            ["topic", "partition"],
-            registry=r,
-        )
-        self.watermark = Gauge(
-            "ipcount_watermark_timestamp_seconds",
-            "The counting query's event-time watermark (unix seconds; NaN before the first)",
-            registry=r,
-        )
+
+        def counter(name: str, *labels: str) -> Counter:
+            return Counter(name, _HELP[name], labels, registry=r)
+
+        def gauge(name: str, *labels: str) -> Gauge:
+            return Gauge(name, _HELP[name], labels, registry=r)
+
+        self.records = counter("ipcount_records")
+        self.input_rate = gauge("ipcount_input_records_per_second")
+        self.lag = gauge("ipcount_source_lag_records", "topic", "partition")
+        self.watermark = gauge("ipcount_watermark_timestamp_seconds")
         self.watermark.set(math.nan)
-        self.watermark_delay = Gauge(
-            "ipcount_watermark_delay_seconds",
-            "Wall-clock time now minus the watermark (NaN before the first watermark)",
-            registry=r,
-        )
+        self.watermark_delay = gauge("ipcount_watermark_delay_seconds")
         self.watermark_delay.set_function(self._watermark_delay)
         self.batch_duration = Histogram(
             "ipcount_batch_duration_seconds",
-            "Micro-batch duration (Spark's triggerExecution)",
+            _HELP["ipcount_batch_duration_seconds"],
             ["query"],
             buckets=BATCH_BUCKETS,
             registry=r,
         )
-        self.batches = Counter("ipcount_batches", "Finished micro-batches", ["query"], registry=r)
-        self.results = Counter(
-            "ipcount_results",
-            "Rows the counting query committed: (window, IP) results, plus late-count "
-            "corrections when there are late records",
-            registry=r,
-        )
-        # The sink's commit() runs in a Python worker, not here, so transactions are counted from
-        # what the driver sees: a finished micro-batch that wrote rows committed one transaction; a
-        # failed micro-batch's transaction never commits (the sink aborts it, or the restarted
-        # query's init_transactions does).
-        self.committed = Counter(
-            "ipcount_transactions_committed",
-            "Kafka transactions committed by the sink: finished micro-batches that wrote rows",
-            ["query"],
-            registry=r,
-        )
-        self.aborted = Counter(
-            "ipcount_transactions_aborted",
-            "Queries that ended with an error: the failed micro-batch's transaction, if begun, "
-            "never commits",
-            ["query"],
-            registry=r,
-        )
-        quality = {
-            "late": "Records that arrived after their window's result was emitted",
-            "malformed": "Records that are not an access-log line (dead-lettered when enabled)",
-            "future": "Records stamped too far ahead of the batch's time (not counted)",
-            "heartbeats": "Idle heartbeats the source emitted to move the watermark",
-            "lost": "Source offsets deleted before they were read, skipped "
-            "(job.fail_on_data_loss = false)",
-        }
-        names = {"heartbeats": "ipcount_heartbeats", "lost": "ipcount_source_lost_records"}
-        self.quality = {
-            key: Counter(
-                names.get(key, f"ipcount_{key}_records"),
-                text,
-                registry=r,
-            )
-            for key, text in quality.items()
-        }
-        self.restarts = Counter(
-            "ipcount_query_restarts", "In-process query restarts (job.restart_attempts)", registry=r
-        )
-        self.restarts_left = Gauge(
-            "ipcount_query_restarts_left",
-            "Restarts left in the window (job.restart_attempts within job.restart_window_seconds)",
-            registry=r,
-        )
-        self.up = Gauge("ipcount_query_up", "1 while every query of the job runs", registry=r)
-        self._degraded = ""
-        self.state = {
-            key: Gauge(f"ipcount_state_store_{key}", text, registry=r)
-            for key, text in _STATE_GAUGES
-        }
-        self.last_progress = Gauge(
-            "ipcount_last_progress_timestamp_seconds",
-            "Unix time of the counting query's last finished micro-batch (0: none yet)",
-            registry=r,
-        )
-        for name in queries:
-            for metric in (self.batches, self.committed, self.aborted):
-                metric.labels(query=name)
+        self.batches = counter("ipcount_batches", "query")
+        self.results = counter("ipcount_results")
+        self.committed = counter("ipcount_transactions_committed", "query")
+        self.aborted = counter("ipcount_transactions_aborted", "query")
+        self.quality = {key: counter(name) for key, name in _QUALITY.items()}
+        self.restarts = counter("ipcount_query_restarts")
+        self.restarts_left = gauge("ipcount_query_restarts_left")
+        self.up = gauge("ipcount_query_up")
+        self.state = {key: gauge(f"ipcount_state_store_{key}") for key in _STATE_GAUGES}
+        self.last_progress = gauge("ipcount_last_progress_timestamp_seconds")
 
     # --- the runner ---------------------------------------------------------------------------
 

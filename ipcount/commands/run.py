@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ipcount.commands import SubParsers
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
 
 __all__ = ["register", "ORDER"]
@@ -60,13 +60,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         raise ConfigError(f"--metrics-port must be 0 (off) or a TCP port, got {args.metrics_port}")
-    if args.close_all_windows and not args.available_now:
-        raise ConfigError("--close-all-windows needs --available-now (a bounded run)")
-    return run_job(
-        settings,
+    mode = RunMode(
         available_now=args.available_now,
-        timeout=args.timeout,
         close_all_windows=args.close_all_windows,
         new_query=args.new_query,
-        metrics_port=args.metrics_port,
     )
+    return run_job(settings, mode=mode, timeout=args.timeout, metrics_port=args.metrics_port)

@@ -4,6 +4,7 @@ what is named here."""
 
 from ipcount.config.load import default_config_path, load_settings
 from ipcount.config.redaction import redact
+from ipcount.config.run_mode import RunMode
 from ipcount.config.settings import (
     MAX_BYTES_PER_BATCH,
     MAX_RECORD_BYTES,
@@ -23,4 +24,5 @@ __all__ = [
     "default_config_path",
     "load_settings",
     "redact",
+    "RunMode",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ipcount.checkpoint.offset_log import absolute_location, check_readable
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
 from ipcount.job.checkpoint import checkpoint_query_id
 from ipcount.job.running import JobQueries
@@ -141,11 +141,11 @@ def preflight(settings: Settings) -> None:
 
 
 def _trigger(
-    writer: DataStreamWriter, settings: Settings, available_now: bool, paced: bool = False
+    writer: DataStreamWriter, settings: Settings, mode: RunMode, paced: bool = False
 ) -> DataStreamWriter:
     """`paced`: the query's source admits records once per job.trigger_interval_seconds itself
     (source.pacing), so Spark's trigger ticks at a fraction of it."""
-    if available_now:
+    if mode.available_now:
         return writer.trigger(availableNow=True)
     interval = settings.job.trigger_interval_seconds
     if paced and interval > 0:
@@ -163,12 +163,12 @@ class Prepared:
 
 
 def prepare_start(
-    settings: Settings, *, spark: SparkSession | None = None, new_query: bool = False
+    settings: Settings, *, spark: SparkSession | None = None, mode: RunMode = RunMode()
 ) -> Prepared:
     """The Kafka side of a start, which needs no Spark for a local checkpoint (the job runs it
     while Spark starts): the queries' ids from their checkpoints, fencing the predecessors'
-    transactions, and the sink history check of the counting query (`new_query`: see
-    sink.history).
+    transactions, and the sink history check of the counting query (`mode.new_query`:
+    see sink.history).
 
     Raises:
         SinkHistoryError: the checkpoint and the sink's history disagree.
@@ -187,7 +187,7 @@ def prepare_start(
         settings.sink.retry_deadline_seconds,
     )
     settings, run_id = check_sink_history(
-        settings, query_id, checkpoint, settings.topics.sink, new_query
+        settings, query_id, checkpoint, settings.topics.sink, mode
     )
     return Prepared(query_id, settings, run_id)
 
@@ -196,16 +196,13 @@ def start_job(
     spark: SparkSession,
     settings: Settings,
     *,
-    available_now: bool = False,
+    mode: RunMode = RunMode(),
     checked: bool = False,
-    close_all_windows: bool = False,
-    new_query: bool = False,
     prepared: Prepared | None = None,
 ) -> JobQueries:
-    """Start the counts query (and the dead-letter query when job.dead_letter is on); `checked`:
-    `preflight` already passed; `close_all_windows`: an AvailableNow run emits every window;
-    `new_query`: this checkpoint is new and the sink holds another query's output: start where
-    that output ends (see sink.history); `prepared`: `prepare_start` already ran for this start.
+    """Start the counts query (and the dead-letter query when job.dead_letter is on) in `mode`
+    (bounded or not, closing every window, a new query: see RunMode); `checked`: `preflight`
+    already passed; `prepared`: `prepare_start` already ran for this start.
 
     Raises:
         SinkHistoryError: the checkpoint and the sink's history disagree.
@@ -213,16 +210,16 @@ def start_job(
     if not checked:
         preflight(settings)
     if prepared is None:
-        prepared = prepare_start(settings, spark=spark, new_query=new_query)
+        prepared = prepare_start(settings, spark=spark, mode=mode)
     checkpoint = settings.job.checkpoint_location.rstrip("/")
     query_id, settings, run_id = prepared.query_id, prepared.settings, prepared.run_id
     corrections = settings.job.late_corrections
     opts = source_options(
         settings,
-        close_all_windows=close_all_windows,
+        mode=mode,
         query_checkpoint=absolute_location(checkpoint),
         cores=spark.sparkContext.defaultParallelism,
-        batch_interval_ms=0 if available_now else _ms(settings.job.trigger_interval_seconds),
+        batch_interval_ms=0 if mode.available_now else _ms(settings.job.trigger_interval_seconds),
     )
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
     counts = build_counts(_observe_quality(source), settings)
@@ -243,7 +240,7 @@ def start_job(
             )
         )
     )
-    counts_query = _trigger(writer, settings, available_now, paced=True).start()
+    counts_query = _trigger(writer, settings, mode, paced=True).start()
     logger.info(
         "started query %s (id %s) %s -> %s, checkpoint %s",
         COUNTS_QUERY,
@@ -257,10 +254,10 @@ def start_job(
 
         def dead_letter() -> StreamingQuery:
             return _start_dead_letter(
-                spark, settings, checkpoint, checkpoint + "-dead-letter", available_now, new_query
+                spark, settings, checkpoint, checkpoint + "-dead-letter", mode
             )
 
-        queries.pending, queries.live = dead_letter, not available_now
+        queries.pending, queries.live = dead_letter, not mode.available_now
     return queries
 
 
@@ -269,8 +266,7 @@ def _start_dead_letter(
     settings: Settings,
     counts_checkpoint: str,
     checkpoint: str,
-    available_now: bool,
-    new_query: bool,
+    mode: RunMode,
 ) -> StreamingQuery:
     """Records not counted (malformed, future), raw, to topics.dead_letter with their reason in
     the header `ipcount.reason`: a stateless query with its own checkpoint, following the counting
@@ -279,7 +275,7 @@ def _start_dead_letter(
 
     query_id = checkpoint_query_id(spark, checkpoint)
     settings, run_id = check_sink_history(
-        settings, query_id, checkpoint, settings.topics.dead_letter, new_query
+        settings, query_id, checkpoint, settings.topics.dead_letter, mode
     )
     opts = source_options(
         settings,
@@ -320,4 +316,4 @@ def _start_dead_letter(
         )
     )
     logger.info("started query %s -> %s", DEAD_LETTER_QUERY, settings.topics.dead_letter)
-    return _trigger(writer, settings, available_now).start()
+    return _trigger(writer, settings, mode).start()

@@ -13,7 +13,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ipcount.checkpoint.offset_log import local_path
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.job.pipeline import Prepared, preflight, prepare_start, start_job
 from ipcount.job.restarts import RestartBudget
 from ipcount.job.running import JobQueries
@@ -127,15 +127,13 @@ def _stop_all(queries: JobQueries) -> bool:
 def run_job(
     settings: Settings,
     *,
-    available_now: bool = False,
+    mode: RunMode = RunMode(),
     timeout: float | None = None,
     spark: SparkSession | None = None,
-    close_all_windows: bool = False,
-    new_query: bool = False,
     metrics_port: int | None = None,
 ) -> int:
-    """Run the job until it ends (AvailableNow), `timeout` passes, SIGTERM/Ctrl-C, or a query fails
-    for good (fatal, or more than job.restart_attempts restarts within
+    """Run the job until it ends (`mode.available_now`), `timeout` passes, SIGTERM/Ctrl-C, or a
+    query fails for good (fatal, or more than job.restart_attempts restarts within
     job.restart_window_seconds).
 
     `metrics_port`: serve /metrics and /healthz there (None: metrics.port; 0: off).
@@ -155,7 +153,7 @@ def run_job(
     if observed is not None:
         observed.start()
     try:
-        return _run(settings, observed, spark, available_now, timeout, close_all_windows, new_query)
+        return _run(settings, observed, spark, mode, timeout)
     finally:
         if observed is not None:
             observed.stop()
@@ -165,15 +163,13 @@ def _run(
     settings: Settings,
     observed: Observability | None,
     spark: SparkSession | None,
-    available_now: bool,
+    mode: RunMode,
     timeout: float | None,
-    close_all_windows: bool,
-    new_query: bool,
 ) -> int:
     from ipcount.job.jvm_archive import finish_training
     from ipcount.observe.progress import ProgressLogger
 
-    session, prepared = _session(settings, spark, new_query)
+    session, prepared = _session(settings, spark, mode)
     listeners: list[StreamingQueryListener] = [ProgressLogger()]
     if observed is not None:
         listeners.append(observed.listener)
@@ -199,10 +195,8 @@ def _run(
         return start_job(
             session,
             settings,
-            available_now=available_now,
+            mode=mode if watch.budget.total == 0 else mode.restarted(),
             checked=True,
-            close_all_windows=close_all_windows,
-            new_query=new_query and watch.budget.total == 0,
             prepared=ahead,
         )
 
@@ -244,7 +238,7 @@ def _run(
 
 
 def _session(
-    settings: Settings, spark: SparkSession | None, new_query: bool
+    settings: Settings, spark: SparkSession | None, mode: RunMode
 ) -> tuple[SparkSession, Prepared | None]:
     """The Spark session and, when this process starts Spark and the checkpoint is local, the
     start's Kafka side (`prepare_start`: fencing, the sink history check), done in a thread
@@ -258,7 +252,7 @@ def _session(
     if local_path(settings.job.checkpoint_location) is None:
         return build_session(settings, train_archive=True), None
     with ThreadPoolExecutor(1, thread_name_prefix="ipcount-prepare") as pool:
-        ahead = pool.submit(prepare_start, settings, new_query=new_query)
+        ahead = pool.submit(prepare_start, settings, mode=mode)
         session = build_session(settings, train_archive=True)
         warm_python_workers(session)
         return session, ahead.result()

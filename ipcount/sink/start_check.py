@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from ipcount.checkpoint.offset_log import absolute_location
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
 from ipcount.sink.history import (
     adopt,
@@ -25,15 +25,15 @@ logger = logging.getLogger(__name__)
 
 
 def check_sink_history(
-    settings: Settings, query_id: str, checkpoint: str, topic: str, new_query: bool
+    settings: Settings, query_id: str, checkpoint: str, topic: str, mode: RunMode
 ) -> tuple[Settings, str]:
     """Compare the checkpoint with the sink's committed history before the query starts, then
     announce this start (a new run id) as the query's newest; returns the settings to start with
-    (for `new_query`, starting at the other query's last offsets) and the run id.
+    (for `mode.new_query`, starting at the other query's last offsets) and the run id.
 
     Raises:
         SinkHistoryError: a lost commit, an older checkpoint, or another query's output.
-        ConfigError: `new_query` on a checkpoint that already has output.
+        ConfigError: `mode.new_query` on a checkpoint that already has output.
     """
     # One read of the progress topic: the markers and this query's earlier starts.
     seen = read_progress(
@@ -45,13 +45,13 @@ def check_sink_history(
     own = markers.get(query_id)
     check_checkpoint(own, absolute_location(checkpoint), topic)
     other = other_query_output(markers, query_id, topic, [settings.topics.source])
-    if own is not None and new_query:
+    if own is not None and mode.new_query:
         raise ConfigError(
             f"--new-query: the checkpoint {checkpoint} already wrote batch {own['batchId']} "
             f"to {topic!r}; it is not a new query. Run without --new-query"
         )
     if own is None and other is not None:
-        if not new_query:
+        if not mode.new_query:
             raise refuse_new_query(other, query_id, topic, checkpoint)
         start = starting_offsets_after(other)
         logger.warning(

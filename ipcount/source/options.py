@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipcount.config import MAX_BYTES_PER_BATCH, MIN_BYTES_PER_BATCH, Settings
+from ipcount.config import MAX_BYTES_PER_BATCH, MIN_BYTES_PER_BATCH, RunMode, Settings
 from ipcount.errors import ConfigError, SourceError
 from ipcount.kafka.quirks import broker_quirks, quirks_named
 from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
@@ -322,7 +322,7 @@ def source_options(
     *,
     output: str = "counts",
     heartbeats: bool = True,
-    close_all_windows: bool = False,
+    mode: RunMode = RunMode(),
     query_checkpoint: str = "",
     counts_checkpoint: str = "",
     cores: int = 0,
@@ -331,8 +331,8 @@ def source_options(
     """Options for the `ipcount-kafka` source, from settings (the one place config maps to it).
 
     `output`: counts (the combiner: partial counts), rejects (dead letters) or records (raw).
-    `close_all_windows`: an AvailableNow run ends past every window instead of at its newest event
-    time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
+    `mode.close_all_windows`: an AvailableNow run ends past every window instead of at its newest
+    event time (see `ipcount run --close-all-windows`). `query_checkpoint`: the reading query's
     checkpoint, whose offset log gives each batch's time (future records) and watermark (late
     records). `counts_checkpoint` (output=rejects): the counting query's checkpoint, whose batches
     the dead letters follow, so that both queries give each record one verdict. `cores`: the
@@ -350,7 +350,7 @@ def source_options(
         "late_corrections": job.late_corrections,
         "event_time_format": "nginx-combined",
         "max_future_skew_ms": _ms(job.max_future_skew_seconds),
-        "available_now_flush": "all" if close_all_windows else "data",
+        "available_now_flush": "all" if mode.close_all_windows else "data",
         "watermark_delay_ms": delay_ms,
         "starting_offsets": job.starting_offsets,
         "max_offsets_per_trigger": job.max_offsets_per_trigger,

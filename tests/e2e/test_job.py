@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
 from ipcount.job.pipeline import start_job
@@ -213,7 +213,9 @@ def test_dead_letter_query_writes_each_malformed_record_once(spark, make_setting
     ]
     _produce(settings, [(0, A, 0), (1, B, 1_000)] + [(i % 3, raw, 0) for i, raw in enumerate(bad)])
     for _ in range(2):  # the second run has nothing new: nothing may be written twice
-        queries = start_job(spark, settings, available_now=True, close_all_windows=True)
+        queries = start_job(
+            spark, settings, mode=RunMode(available_now=True, close_all_windows=True)
+        )
         # Under AvailableNow the dead-letter query follows the counting query's planned batches,
         # so it starts once that query is done.
         assert queries.dead_letter is None and queries.pending is not None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from ipcount.config import Settings
+from ipcount.config import RunMode, Settings
 from ipcount.errors import FatalKafkaError
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
@@ -47,7 +47,9 @@ def _live_keys(settings: Settings, query_id: str) -> set[str]:
 
 def _start(settings: Settings, query_id: str, checkpoint: Path) -> str:
     """What `ipcount run` does with the sink's history before its query starts; the run id."""
-    _, run_id = check_sink_history(settings, query_id, str(checkpoint), settings.topics.sink, False)
+    _, run_id = check_sink_history(
+        settings, query_id, str(checkpoint), settings.topics.sink, RunMode()
+    )
     return run_id
 
 

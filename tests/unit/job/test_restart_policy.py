@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ipcount.config import load_settings
+from ipcount.config import RunMode, load_settings
 from ipcount.errors import TransactionAbortedError
 from ipcount.faults import fault_point
 from ipcount.job import runner
@@ -88,6 +88,7 @@ def _run_runner(
     start_job: Any,
     delay: float,
     overrides: tuple[str, ...] = (),
+    mode: RunMode = RunMode(),
 ) -> tuple[int, JobMetrics]:
     """runner._run with `start_job` in place of Spark's queries; its exit code and metrics."""
     monkeypatch.setattr(runner, "start_job", start_job)
@@ -100,7 +101,23 @@ def _run_runner(
     metrics = JobMetrics()
     observed = SimpleNamespace(metrics=metrics, listener=object())
     session = SimpleNamespace(streams=streams)
-    return runner._run(settings, observed, session, False, None, False, False), metrics
+    return runner._run(settings, observed, session, mode, None), metrics
+
+
+def test_a_new_query_is_new_only_at_its_first_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `ipcount run --new-query`: the first start adopts the other query's output; the restart
+    # after a failure resumes the checkpoint that start made, so it is no longer a new query.
+    modes: list[RunMode] = []
+
+    def start_job(*args: Any, mode: RunMode, **kwargs: Any) -> JobQueries:
+        modes.append(mode)
+        return JobQueries(
+            counts=_Query("SourceError: broker went away" if len(modes) == 1 else None)
+        )
+
+    code, _ = _run_runner(monkeypatch, start_job, 0, mode=RunMode(new_query=True))
+    assert code == 0
+    assert [m.new_query for m in modes] == [True, False]
 
 
 def _restarts(metrics: JobMetrics) -> float | None:

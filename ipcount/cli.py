@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     for info in pkgutil.iter_modules(ipcount.commands.__path__):
         if not info.name.startswith("_"):
             modules.append(importlib.import_module(f"ipcount.commands.{info.name}"))
+    # The benchmarks are a package of their own, above the commands (they run the whole pipeline).
+    modules.append(importlib.import_module("ipcount.bench.subcommands"))
     for module in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
         module.register(sub)
     return parser

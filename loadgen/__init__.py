@@ -1,5 +1,5 @@
-"""loadgen: the access-record website (`loadgen serve`), the synthetic emitter (`loadgen synth`)
-and the pipeline benchmarks (`loadgen bench`, in `loadgen.bench`)."""
+"""loadgen: the access-record website (`loadgen serve`) and the synthetic emitter (`loadgen
+synth`), with their ground-truth ledger. The benchmarks that drive it are `ipcount bench`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The `loadgen` command line: `loadgen serve` (website writing access records), `loadgen synth`
-(synthetic records straight to Kafka) and `loadgen bench` (pipeline benchmarks). Settings load like
-`ipcount`'s (--config, --set, env).
+"""The `loadgen` command line: `loadgen serve` (website writing access records) and `loadgen synth`
+(synthetic records straight to Kafka). Settings load like `ipcount`'s (--config, --set, env).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 from ipcount import logsetup
 from ipcount.cli import add_settings_options
-from ipcount.config import Settings, load_settings
+from ipcount.config import MAX_RECORD_BYTES, Settings, load_settings
 from ipcount.errors import ConfigError, IpcountError
 from loadgen.extras import require
 from loadgen.generator import SynthSpec, parse_start
@@ -88,12 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="records per event-time second (default: wall clock with --rate, 20000 with --count)",
     )  # fmt: skip
     s.add_argument("--seed", type=int, help="random seed (same seed and options: same records)")
+    s.add_argument(
+        "--oversized-bytes", type=int, default=MAX_RECORD_BYTES,
+        help="the oversized malformed records are longer than this, cut before their end "
+        f"(default {MAX_RECORD_BYTES}: nginx's header buffer)",
+    )  # fmt: skip
     s.add_argument("--ledger", metavar="FILE", help="write the ground-truth ledger here")
     s.add_argument("--batch-size", type=int, default=10_000, help=argparse.SUPPRESS)
     s.set_defaults(func=_run_synth)
-    from loadgen.bench.run import add_bench_parser
-
-    add_bench_parser(sub)
     return parser
 
 
@@ -123,7 +124,7 @@ def _run_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _run_synth(args: argparse.Namespace, settings: Settings) -> int:
-    from loadgen.synth import run_synth
+    from loadgen.synth import SynthOptions, run_synth
 
     spec = SynthSpec(
         ips=args.ips,
@@ -137,7 +138,7 @@ def _run_synth(args: argparse.Namespace, settings: Settings) -> int:
         window_ms=int(settings.job.window_seconds * 1000),
         watermark_delay_seconds=settings.job.watermark_delay_seconds,
         late_corrections=settings.job.late_corrections,
-        max_record_bytes=settings.job.max_record_bytes,
+        max_record_bytes=args.oversized_bytes,
     )
     spec.validate()
     if args.batch_size < 1:
@@ -152,11 +153,12 @@ def _run_synth(args: argparse.Namespace, settings: Settings) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = run_synth(
-            settings, spec, count=args.count, rate=args.rate, duration=args.duration,
+        options = SynthOptions(
+            count=args.count, rate=args.rate, duration=args.duration,
             start_ms=parse_start(args.start) if args.start else None,
-            ledger_path=args.ledger, batch_size=args.batch_size, stop=stop,
+            ledger_path=args.ledger, batch_size=args.batch_size,
         )  # fmt: skip
+        result = run_synth(settings, spec, options, stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,4 +1,4 @@
-"""Optional dependencies: the job needs none of them; `loadgen serve` and `loadgen bench` do."""
+"""Optional dependencies: the job needs none of them; `loadgen serve` and `ipcount bench` do."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
-from ipcount.config import MAX_RECORD_BYTES, Settings
+from ipcount.config import Settings
 from ipcount.formats.accesslog import (
     IP_PATTERN,
     ParseError,
@@ -232,7 +232,7 @@ def _error_response(exc: web.HTTPException) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _access_log_middleware(sender: Any, max_record_bytes: int, stats: dict[str, int]) -> Any:
+def _access_log_middleware(sender: Any, stats: dict[str, int]) -> Any:
     @web.middleware
     async def access_log(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.time()
@@ -273,13 +273,11 @@ def _access_log_middleware(sender: Any, max_record_bytes: int, stats: dict[str, 
     return access_log
 
 
-def build_app(
-    sender: BackgroundSender | None, max_record_bytes: int = MAX_RECORD_BYTES
-) -> web.Application:
-    """The website; with a sender, each answered request (but /_stats, /metrics) is a record.
-    `max_record_bytes` is retired (a line counts at any length) and has no effect."""
+def build_app(sender: BackgroundSender | None) -> web.Application:
+    """The website; with a sender, each answered request (but /_stats, /metrics) is a record, of
+    any length (the job counts every line nginx writes)."""
     stats = {"requests": 0, "malformed": 0}
-    app = web.Application(middlewares=[_access_log_middleware(sender, max_record_bytes, stats)])
+    app = web.Application(middlewares=[_access_log_middleware(sender, stats)])
     app[_STATS_KEY] = stats
     app[_SENDER_KEY] = sender
     # One registry per app (not prometheus_client's global one): apps in one process stay apart.
@@ -329,7 +327,7 @@ async def _serve(
     port: int,
     on_ready: Callable[[str], None],
 ) -> dict[str, int]:
-    app = build_app(sender, settings.job.max_record_bytes)
+    app = build_app(sender)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -28,7 +28,7 @@ from loadgen.generator import (
 from loadgen.producer import RecordProducer, check_source_topic, producer_config
 from loadgen.tally import LedgerTally
 
-__all__ = ["SynthResult", "run_synth", "PACE_SLICE_SECONDS"]
+__all__ = ["SynthOptions", "SynthResult", "run_synth", "PACE_SLICE_SECONDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -166,76 +166,114 @@ class _Run:
         self.sent += n
 
 
+@dataclass(frozen=True)
+class SynthOptions:
+    """How much to send and how fast; where the ledger goes.
+
+    count: stop after this many records (as fast as possible unless `rate` is set).
+    rate: records per second (token bucket); with `duration`, stops after rate*duration records.
+    duration: seconds to run at `rate`.
+    start_ms: first event time (default: now); event time follows the wall clock in rate mode
+        unless the spec's event_rate is set, else advances by event_rate records per second.
+    """
+
+    count: int | None = None
+    rate: float | None = None
+    duration: float | None = None
+    start_ms: int | None = None
+    ledger_path: str | Path | None = None
+    batch_size: int = 10_000
+    progress_interval: float = 5.0
+    producer_overrides: dict[str, str] | None = None
+
+    def validate(self) -> None:
+        """Raises:
+        ConfigError: naming the option (--count, --rate, --duration) that is wrong."""
+        if self.rate is None and self.count is None:
+            raise ConfigError(
+                "give --count N, or --rate R (with --duration S, or stop with Ctrl-C)"
+            )
+        if self.rate is not None and self.rate <= 0:
+            raise ConfigError(f"--rate must be positive, got {self.rate}")
+        if self.duration is not None and (self.rate is None or self.duration <= 0):
+            raise ConfigError("--duration needs --rate and must be positive")
+        if self.count is not None and self.count < 0:
+            raise ConfigError(f"--count must be zero or positive, got {self.count}")
+
+    @property
+    def target(self) -> int | None:
+        """Records to send: --count, or rate x duration, the smaller; None: until stopped."""
+        target = self.count
+        if self.rate is not None and self.duration is not None:
+            by_time = round(self.rate * self.duration)
+            target = by_time if target is None else min(target, by_time)
+        return target
+
+
 def run_synth(
     settings: Settings,
     spec: SynthSpec,
-    *,
-    count: int | None = None,
-    rate: float | None = None,
-    duration: float | None = None,
-    start_ms: int | None = None,
-    ledger_path: str | Path | None = None,
-    batch_size: int = 10_000,
+    options: SynthOptions,
     stop: threading.Event | None = None,
-    progress_interval: float = 5.0,
-    producer_overrides: dict[str, str] | None = None,
 ) -> SynthResult:
     """Generate and deliver records; write the ledger (delivered records only) at the end.
 
     Args:
-        count: stop after this many records (as fast as possible unless `rate` is set).
-        rate: records per second (token bucket); with `duration`, stops after rate*duration records.
-        duration: seconds to run at `rate`.
-        start_ms: first event time (default: now); event time follows the wall clock in rate mode
-            unless `spec.event_rate` is set, else advances by `spec.event_rate` records per second.
         stop: set it (e.g. from a signal handler) to stop early; the run still flushes and saves.
 
     Raises:
         ConfigError: bad options or a missing source topic.
     """
-    if rate is None and count is None:
-        raise ConfigError("give --count N, or --rate R (with --duration S, or stop with Ctrl-C)")
-    if rate is not None and rate <= 0:
-        raise ConfigError(f"--rate must be positive, got {rate}")
-    if duration is not None and (rate is None or duration <= 0):
-        raise ConfigError("--duration needs --rate and must be positive")
-    if count is not None and count < 0:
-        raise ConfigError(f"--count must be zero or positive, got {count}")
-    if rate is None and spec.event_rate is None:
+    options.validate()
+    if options.rate is None and spec.event_rate is None:
         spec = dataclasses.replace(spec, event_rate=DEFAULT_COUNT_EVENT_RATE)
-    target = count
-    if rate is not None and duration is not None:
-        by_time = round(rate * duration)
-        target = by_time if target is None else min(target, by_time)
     check_source_topic(settings)
-    stop = stop or threading.Event()
-    conf = producer_config(settings, producer_overrides)
+    conf = producer_config(settings, options.producer_overrides)
     producer = RecordProducer(conf, settings.topics.source)
     now_ms = int(time.time() * 1000)
     # Wall-clock event time counts from now_ms, even if building the IP pool takes a while.
     t_event = time.monotonic()
-    gen = RecordGenerator(spec, start_ms if start_ms is not None else now_ms)
-    tally = LedgerTally(gen.pool.ips, spec.window_ms)
-    run = _Run(producer, tally, gen)
+    gen = RecordGenerator(spec, options.start_ms if options.start_ms is not None else now_ms)
+    run = _Run(producer, LedgerTally(gen.pool.ips, spec.window_ms), gen)
+    target = options.target
     logger.info(
         "synth to %s: target %s records, rate %s/s, %d IPs (%.0f%% IPv6), event time from %d",
         settings.topics.source, target if target is not None else "unbounded",
-        f"{rate:g}" if rate else "max", len(gen.pool), 100 * spec.ipv6_share, gen.clock.start_ms,
+        f"{options.rate:g}" if options.rate else "max", len(gen.pool), 100 * spec.ipv6_share,
+        gen.clock.start_ms,
     )  # fmt: skip
-
     t0 = time.monotonic()
-    next_progress = t0 + progress_interval
-    interrupted = False
+    interrupted = _produce(run, options, target, stop or threading.Event(), t0, t_event)
+    produce_seconds = time.monotonic() - t0
+    timeout_ms = float(conf.get("message.timeout.ms", 300_000))
+    unreported = producer.flush(timeout_ms / 1000 + _FLUSH_GRACE_SECONDS)
+    if unreported or run.open_batches:
+        logger.error(
+            "%d records without a delivery report (%d batches incomplete): not in the ledger",
+            unreported, run.open_batches,
+        )  # fmt: skip
+    result = _result(run, options, unreported, time.monotonic() - t0, produce_seconds)
+    result.interrupted = interrupted
+    return result
+
+
+def _produce(
+    run: _Run,
+    options: SynthOptions,
+    target: int | None,
+    stop: threading.Event,
+    t0: float,
+    t_event: float,
+) -> bool:
+    """Send until `target` (paced by options.rate, if set) or `stop`; True if stopped."""
+    rate, batch_size, producer = options.rate, options.batch_size, run.producer
+    next_progress = t0 + options.progress_interval
     while target is None or run.sent < target:
         if stop.is_set():
-            interrupted = True
-            break
+            return True
         now = time.monotonic()
         elapsed = now - t0
-        if rate is None:
-            n = batch_size
-        else:
-            n = int(rate * elapsed) - run.sent
+        n = batch_size if rate is None else int(rate * elapsed) - run.sent
         if target is not None:
             n = min(n, target - run.sent)
         while n > 0:
@@ -247,25 +285,22 @@ def run_synth(
                 "synth: %d records sent (%.0f/s), %d awaiting delivery, %d delivery errors",
                 run.sent, run.sent / max(elapsed, 1e-9), len(producer), producer.stats.failed,
             )  # fmt: skip
-            next_progress = now + progress_interval
+            next_progress = now + options.progress_interval
         if rate is not None:
             # Wait for the next slice, serving delivery reports meanwhile.
             slice_end = t0 + (int(elapsed / PACE_SLICE_SECONDS) + 1) * PACE_SLICE_SECONDS
             producer.poll(max(0.0, slice_end - time.monotonic()))
-    produce_seconds = time.monotonic() - t0
-    timeout_ms = float(conf.get("message.timeout.ms", 300_000))
-    unreported = producer.flush(timeout_ms / 1000 + _FLUSH_GRACE_SECONDS)
-    seconds = time.monotonic() - t0
-    if unreported or run.open_batches:
-        logger.error(
-            "%d records without a delivery report (%d batches incomplete): not in the ledger",
-            unreported, run.open_batches,
-        )  # fmt: skip
+    return False
 
+
+def _result(
+    run: _Run, options: SynthOptions, unreported: int, seconds: float, produce_seconds: float
+) -> SynthResult:
+    """Save the ledger (if asked) and sum up what was delivered."""
+    tally, stats = run.tally, run.producer.stats
     ledger = tally.to_ledger()
-    if ledger_path is not None:
-        ledger.save(ledger_path)
-    stats = producer.stats
+    if options.ledger_path is not None:
+        ledger.save(options.ledger_path)
     return SynthResult(
         records=tally.on_time + tally.late + tally.malformed,
         on_time=tally.on_time,
@@ -276,8 +311,7 @@ def run_synth(
         backpressure=stats.backpressure,
         seconds=seconds,
         produce_seconds=produce_seconds,
-        interrupted=interrupted,
-        target=target,
+        target=options.target,
         malformed_kinds=dict(tally.malformed_kinds),
         first_error=stats.first_error,
         ledger=ledger,

@@ -77,7 +77,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.memory": s.driver_memory,
         # C1 only: the JVM no longer parses lines (the read tasks combine them), so C2's
         # optimisations buy nothing and its compiles cost ~10 CPU-s per start (measured with
-        # `loadgen bench --scaling`: JVM CPU 23.1 -> 13.7 s per 1M records, S 20.4 -> 18.3 s).
+        # `ipcount bench scaling`: JVM CPU 23.1 -> 13.7 s per 1M records, S 20.4 -> 18.3 s).
         "spark.driver.extraJavaOptions": JVM_OPTIONS,
         "spark.ui.showConsoleProgress": "false",
         # Local checkpoints keep Hadoop's checksummed file systems (and their .crc side files),

@@ -41,7 +41,7 @@ def launch_spark_home() -> Path | None:
     workers' daemon and, on the driver, a fresh process for each Python data source step (create
     the source and the sink, plan the read, the write, the commits). Python cannot cache bytecode
     for modules imported from a zip, so each of those processes compiles PySpark anew: ~0.5 CPU-s
-    each, one after another while a query starts. Measured with `loadgen bench --scaling` (1M
+    each, one after another while a query starts. Measured with `ipcount bench scaling` (1M
     records, one run): S 19.7 -> 14.6 s, first batch 14.7 -> 10.0 s, Python CPU 13.4 -> 8.7 s.
 
     The Spark home built here is the pip-installed one (`pyspark/`, with bin/ and jars/) as links,

@@ -63,7 +63,7 @@ def test_ledger_equals_what_a_consumer_counts(settings: Settings, tmp_path: Path
 
 def test_delivery_errors_stay_out_of_the_ledger(settings: Settings, tmp_path: Path) -> None:
     # The broker refuses records above the topic's max.message.bytes: the oversized malformed
-    # records (job.max_record_bytes raised to 200 kB here) fail delivery, asynchronously.
+    # records (--oversized-bytes raised to 200 kB here) fail delivery, asynchronously.
     admin = admin_client(settings.kafka.to_librdkafka("admin"))
     spec = NewTopic(settings.topics.source, 3, 1, config={"max.message.bytes": "150000"})
     for fut in admin.create_topics([spec]).values():
@@ -80,8 +80,9 @@ def test_delivery_errors_stay_out_of_the_ledger(settings: Settings, tmp_path: Pa
             "3",
             "--ledger",
             str(ledger_file),
+            "--oversized-bytes",
+            "200000",
         ],
-        "job.max_record_bytes=200000",
         "kafka.producer.batch.size=100000",
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -94,6 +95,24 @@ def test_delivery_errors_stay_out_of_the_ledger(settings: Settings, tmp_path: Pa
     topic = count_like_the_job(read_topic(settings), 200_000)
     assert topic.records == ledger.records
     assert topic.counts == ledger.counts and topic.malformed == ledger.malformed
+
+
+def test_the_retired_max_record_bytes_changes_nothing(settings: Settings) -> None:
+    """job.max_record_bytes is retired: a config that still sets it loads, as the job's does, and
+    the records are the same (the oversized ones stay under the topic's limit)."""
+    admin = admin_client(settings.kafka.to_librdkafka("admin"))
+    spec = NewTopic(settings.topics.source, 3, 1, config={"max.message.bytes": "150000"})
+    for fut in admin.create_topics([spec]).values():
+        fut.result(30)
+    proc = _synth(
+        settings,
+        ["--count", "5000", "--malformed-fraction", "0.01", "--seed", "3"],
+        "job.max_record_bytes=200000",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = _summary(proc.stdout)
+    assert (summary["records"], summary["errors"]) == ("5000", "0"), proc.stdout
+    assert max(len(value) for _, value, _, _ in read_topic(settings)) < 10_000
 
 
 def test_rate_control(settings: Settings) -> None:

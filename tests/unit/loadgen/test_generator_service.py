@@ -96,7 +96,7 @@ def test_a_long_line_is_counted_like_any_other() -> None:
     sender = FakeSender()
 
     async def scenario() -> None:
-        async with TestClient(TestServer(build_app(sender, max_record_bytes=300))) as client:  # type: ignore[arg-type]
+        async with TestClient(TestServer(build_app(sender))) as client:  # type: ignore[arg-type]
             await (await client.get("/search?q=" + "x" * 400)).read()
             await (await client.get("/")).read()
 
@@ -110,7 +110,7 @@ def test_metrics_are_prometheus_text() -> None:
     sender = FakeSender()
 
     async def scenario() -> tuple[str, str]:
-        async with TestClient(TestServer(build_app(sender, max_record_bytes=300))) as client:  # type: ignore[arg-type]
+        async with TestClient(TestServer(build_app(sender))) as client:  # type: ignore[arg-type]
             for path in ("/", "/products", "/search?q=" + "x" * 400):
                 await (await client.get(path)).read()
             resp = await client.get("/metrics")

@@ -122,7 +122,7 @@ class Sustained:
 
 
 def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
-    """Sustained events/s from the job child's events (loadgen.bench.job_process: `progress` events
+    """Sustained events/s from the job child's events (ipcount.bench.timed_job: `progress` events
     with `at` and Spark's progress JSON), or None with fewer than two data batches."""
     data = _data_batches(events)
     if len(data) < 2:

@@ -1,5 +1,5 @@
 """The job under benchmark, in its own process: `ipcount run` (run_job) plus a listener that keeps
-every progress event, timed; writes one JSON result file. Started by loadgen.bench.job_child."""
+every progress event, timed; writes one JSON result file. Started by ipcount.bench.job_launcher."""
 
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def _pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """python -m loadgen.bench.job_process --result FILE [--config F] [--set K=V ...]
+    """python -m ipcount.bench.timed_job --result FILE [--config F] [--set K=V ...]
     [--spark-conf K=V ...] [--available-now] [--timeout S]"""
-    parser = argparse.ArgumentParser(prog="python -m loadgen.bench.job_process")
+    parser = argparse.ArgumentParser(prog="python -m ipcount.bench.timed_job")
     parser.add_argument("--result", required=True, help="JSON result file to write")
     parser.add_argument("--config", help="ipcount settings file")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -66,8 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from ipcount import logsetup
-    from ipcount.config import load_settings
-    from ipcount.job.runner import run_job
+    from ipcount.config import RunMode, load_settings
+    from ipcount.job.supervisor import run_job
     from ipcount.job.session import build_session
 
     logsetup.configure(os.environ.get("IPCOUNT_LOG_LEVEL", "INFO"))
@@ -91,13 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_started = time.time()
     status = 1
     try:
-        status = run_job(
-            settings,
-            available_now=args.available_now,
-            timeout=args.timeout,
-            spark=session,
-            close_all_windows=args.close_all_windows,
-        )
+        mode = RunMode(available_now=args.available_now, close_all_windows=args.close_all_windows)
+        status = run_job(settings, mode=mode, timeout=args.timeout, spark=session)
     finally:
         run_ended = time.time()
         session.streams.removeListener(listener)

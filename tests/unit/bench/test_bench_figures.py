@@ -1,6 +1,6 @@
 """The throughput bench's figures from a finished run, without Spark: sustained (steady-state)
 events/s from the job child's progress events, launch -> visible, JVM CPU per 1M records, the
-report and final lines, the scaling table and `loadgen bench --sustained`."""
+report and final lines, the scaling table and `ipcount bench sustained`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 from ipcount.config import load_settings
-from loadgen.bench.job_child import JobRun
-from loadgen.bench.measure import RunFigures, final_line
-from loadgen.bench.memory import CpuSample, MemoryPeaks, cores_busy
-from loadgen.bench.report import StageTotals, phase_totals, sustained
-from loadgen.bench.run import report_lines, sustained_overrides, validate
-from loadgen.bench.scaling import Cell, _Row, format_table
-from loadgen.cli import build_parser
+from ipcount.bench.job_launcher import JobRun
+from ipcount.bench.measure import RunFigures, final_line
+from ipcount.bench.memory import CpuSample, MemoryPeaks, cores_busy
+from ipcount.bench.report import StageTotals, phase_totals, sustained
+from ipcount.bench.options import sustained_overrides, validate
+from ipcount.bench.throughput import report_lines
+from ipcount.bench.scaling import Cell, _Row, format_table
+from ipcount.cli import build_parser
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
 # The final line's parser in tests/e2e/test_bench.py: the historical keys, in order, then the
@@ -44,7 +45,7 @@ def batch(
     lag_s: float = 0.2,
     query: str = "q-counts",
 ) -> dict[str, Any]:
-    """One progress event as loadgen.bench.job_process records it: the listener's wall-clock `at` (the
+    """One progress event as ipcount.bench.timed_job records it: the listener's wall-clock `at` (the
     batch's end plus the listener's delivery lag) and Spark's progress JSON. `records`: the
     ipcount_quality observed metric (None: not observed)."""
     progress: dict[str, Any] = {
@@ -300,17 +301,17 @@ def test_scaling_table_has_sustained_and_launch_to_visible_columns() -> None:
     assert "sust/s" in legend and "visible" in legend
 
 
-# -- loadgen bench --sustained ------------------------------------------------------------------
+# -- ipcount bench sustained --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("argv", "records"),
     [
-        (["bench"], 1_000_000),
-        (["bench", "--sustained"], 5_000_000),
-        (["bench", "--sustained", "--records", "200000"], 200_000),
-        (["bench", "--records", "7000"], 7_000),
-        (["bench", "--scaling"], 1_000_000),
+        (["bench", "throughput"], 1_000_000),
+        (["bench", "sustained"], 5_000_000),
+        (["bench", "sustained", "--records", "200000"], 200_000),
+        (["bench", "throughput", "--records", "7000"], 7_000),
+        (["bench", "scaling"], 1_000_000),
     ],
 )
 def test_records_default_to_five_million_with_sustained(argv: list[str], records: int) -> None:
@@ -322,28 +323,28 @@ def test_records_default_to_five_million_with_sustained(argv: list[str], records
 @pytest.mark.parametrize(
     ("argv", "extra"),
     [
-        (["bench"], []),
-        (["bench", "--sustained"], ["job.max_offsets_per_trigger=500000"]),
-        (["--set", "job.max_offsets_per_trigger=200000", "bench", "--sustained"], []),
+        (["bench", "throughput"], []),
+        (["bench", "sustained"], ["job.max_offsets_per_trigger=500000"]),
+        (["--set", "job.max_offsets_per_trigger=200000", "bench", "sustained"], []),
     ],
 )
 def test_sustained_reads_the_backlog_in_batches_of_half_a_million(
     argv: list[str], extra: list[str]
 ) -> None:
-    """The job's default reads a backlog in one batch; --sustained measures the batches after
+    """The job's default reads a backlog in one batch; `sustained` measures the batches after
     the first, so it caps them unless the user's own --set does."""
     args = build_parser().parse_args(argv)
     validate(args)
     assert sustained_overrides(args) == extra
 
 
-def test_sustained_is_the_throughput_bench() -> None:
+def test_sustained_takes_no_latency_option() -> None:
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["bench", "--sustained", "--latency"])
+        build_parser().parse_args(["bench", "sustained", "--rates", "1000"])
 
 
 def test_scaling_medians_over_repeats_include_sustained_and_launch_to_visible() -> None:
-    from loadgen.bench.scaling import _medians
+    from ipcount.bench.scaling import _medians
 
     few = [batch(0, 0.0, 30_000, 1_000, 1_000), batch(1, 31.0, 1_500, 1, 0)]
     rows = [

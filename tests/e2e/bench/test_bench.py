@@ -1,4 +1,4 @@
-"""`loadgen bench` at a tiny size: pre-load, the real job (AvailableNow) in its own process,
+"""`ipcount bench throughput` at a tiny size: pre-load, the real job (AvailableNow) in its own process,
 verification, the start-up/phase/memory lines and the final exact=true line."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FINAL = re.compile(
     r"^bench: records=(\d+) seconds=(\d+\.\d+) events_per_s=(\d+) results=(\d+) exact=(true|false)"
     r" sustained_events_per_s=(\d+|-) launch_to_visible_s=(\d+\.\d)$"
@@ -20,9 +20,9 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(
         [
-            sys.executable, "-m", "loadgen", "--config", str(ROOT / "conf" / "ipcount.toml"),
+            sys.executable, "-m", "ipcount", "--config", str(ROOT / "conf" / "ipcount.toml"),
             "--log-level", "WARNING", "--set", "spark.master=local[2]",
-            "bench", "--records", "6000", "--bootstrap", bootstrap, "--ips", "300",
+            "bench", "throughput", "--records", "6000", "--bootstrap", bootstrap, "--ips", "300",
         ],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -65,9 +65,9 @@ def test_bench_scaling_gives_each_cell_a_fresh_local_broker() -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run(
         [
-            sys.executable, "-m", "loadgen", "--config", str(ROOT / "conf" / "ipcount.toml"),
+            sys.executable, "-m", "ipcount", "--config", str(ROOT / "conf" / "ipcount.toml"),
             "--log-level", "WARNING", "--set", "spark.master=local[2]",
-            "bench", "--scaling", "--cells", "baseline,shuffle=1", "--records", "3000",
+            "bench", "scaling", "--cells", "baseline,shuffle=1", "--records", "3000",
             "--ips", "200", "--no-event-log",
         ],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
@@ -94,7 +94,7 @@ def test_bench_scaling_gives_each_cell_a_fresh_local_broker() -> None:
 
 
 def test_memory_sampler_counts_the_broker_cpu_of_the_run_only() -> None:
-    from loadgen.bench.memory import MemorySampler
+    from ipcount.bench.memory import MemorySampler
 
     busy_until = 0.0
     with MemorySampler(os.getpid(), interval=0.05, broker_pid=os.getpid()) as sampler:

@@ -1,4 +1,4 @@
-"""The job of a pipeline benchmark as a child process (loadgen.bench.job_process), run from the
+"""The job of a pipeline benchmark as a child process (ipcount.bench.timed_job), run from the
 bench process: started, its process tree's memory sampled, stopped, its result file loaded."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ipcount.bench.memory import CoresBusy, MemoryPeaks, MemorySampler, cores_busy
+from ipcount.bench.report import Sustained, batch_records, data_batch_spans, sustained
+from ipcount.bench.workspace import BenchEnv
 from ipcount.childproc import Child, spawn
 from ipcount.errors import IpcountError
-from loadgen.bench.memory import CoresBusy, MemoryPeaks, MemorySampler, cores_busy
-from loadgen.bench.report import Sustained, batch_records, data_batch_spans, sustained
-from loadgen.bench.workspace import BenchEnv
 
 __all__ = [
     "JobRun",
@@ -108,8 +108,8 @@ def start_job_child(
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> Child:
-    """Launch loadgen.bench.job_process; its stdout/stderr go to a log file next to the result."""
-    cmd = [sys.executable, "-m", "loadgen.bench.job_process", "--result", str(result_path)]
+    """Launch ipcount.bench.timed_job; its stdout/stderr go to a log file next to the result."""
+    cmd = [sys.executable, "-m", "ipcount.bench.timed_job", "--result", str(result_path)]
     if env.config:
         cmd += ["--config", env.config]
     for item in overrides:

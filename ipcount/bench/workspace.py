@@ -21,7 +21,7 @@ from ipcount.local.kinds import configured_broker, make_broker
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 from loadgen.generator import SynthSpec
-from loadgen.synth import SynthResult, run_synth
+from loadgen.synth import SynthOptions, SynthResult, run_synth
 
 __all__ = ["DEFAULT_START_MS", "BenchEnv", "bench_env", "own_broker", "preload", "verify_run"]
 
@@ -142,7 +142,8 @@ def preload(
         IpcountError: a record was not delivered (the ledger would not match the topic).
     """
     ensure_topics(settings)
-    result = run_synth(settings, spec, count=count, start_ms=start_ms, ledger_path=ledger_path)
+    options = SynthOptions(count=count, start_ms=start_ms, ledger_path=ledger_path)
+    result = run_synth(settings, spec, options)
     if result.errors or result.unreported or result.records != count:
         raise IpcountError(f"pre-load failed: {result.summary()}")
     return result

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadgen.bench.latency import percentile
-from loadgen.bench.scaling import parse_variant
+from ipcount.bench.commit_watch import percentile
+from ipcount.bench.scaling import parse_variant
 
 
 def test_latency_percentiles_are_nearest_rank() -> None:

@@ -1,4 +1,4 @@
-"""`loadgen bench --scaling`: events/s of the whole pipeline versus source partitions, distinct IPs,
+"""`ipcount bench scaling`: events/s of the whole pipeline versus source partitions, distinct IPs,
 maxOffsetsPerTrigger, shuffle partitions and state store (one AvailableNow run per cell, verified),
 with where the time went and peak memory, as a table. Bench process side.
 """
@@ -11,8 +11,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ipcount.errors import ConfigError
-from loadgen.bench.measure import (
+from ipcount.bench.measure import (
     RunFigures,
     final_line,
     fmt_num,
@@ -20,11 +19,12 @@ from loadgen.bench.measure import (
     spark_pairs,
     synth_spec,
 )
+from ipcount.errors import ConfigError
 
 if TYPE_CHECKING:
+    from ipcount.bench.workspace import BenchEnv
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.workspace import BenchEnv
 
 __all__ = ["Cell", "default_cells", "parse_variant", "run_scaling", "format_table"]
 
@@ -137,8 +137,8 @@ def _load_source(
     env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, start_ms: int
 ) -> _Source:
     """Create a source topic of this shape on env's broker and pre-load --records records."""
+    from ipcount.bench.workspace import preload
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.workspace import preload
 
     part, ips, skew = shape
     src, overrides = env.settings(f"p{part}-i{ips}", f"topics.source_partitions={part}")
@@ -155,7 +155,7 @@ def _load_source(
 
 def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     """Run every selected cell (`--repeat` times, interleaved) and print the table."""
-    from loadgen.bench.workspace import DEFAULT_START_MS, bench_env
+    from ipcount.bench.workspace import DEFAULT_START_MS, bench_env
     from loadgen.generator import parse_start
 
     cells = _select(args)

@@ -1,13 +1,12 @@
-"""`loadgen bench`: throughput of the whole pipeline (Kafka -> Spark job -> transactional sink),
-exactness checked; `--latency` and `--scaling` run the other two benchmarks. Bench process side."""
+"""`ipcount bench throughput|sustained`: throughput of the whole pipeline (Kafka -> Spark job ->
+transactional sink), exactness checked, and where its time went. Bench process side."""
 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ipcount.errors import ConfigError
-from loadgen.bench.measure import (
+from ipcount.bench.measure import (
     RunFigures,
     final_line,
     fmt_num,
@@ -15,106 +14,17 @@ from loadgen.bench.measure import (
     spark_pairs,
     synth_spec,
 )
-from loadgen.extras import require
+from ipcount.bench.options import sustained_overrides
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
     from ipcount.config import Settings
 
-__all__ = ["add_bench_parser", "report_lines", "run", "sustained_overrides", "validate"]
-
-THROUGHPUT_RECORDS = 1_000_000
-# --sustained: enough records for several data batches after the first, each of at most
-# SUSTAINED_BATCH_RECORDS (the job's own default reads a whole backlog in one batch).
-SUSTAINED_RECORDS = 5_000_000
-SUSTAINED_BATCH_RECORDS = 500_000
-
-
-def add_bench_parser(sub: Any) -> None:
-    """Register `loadgen bench` on the loadgen subparsers."""
-    p = sub.add_parser(
-        "bench",
-        help="benchmark the whole pipeline: throughput (default), --latency or --scaling",
-        description="Pipeline benchmarks against a fresh local broker (or --bootstrap). Default: "
-        "pre-load --records records, run the job with --available-now until every window is "
-        "committed, verify exactness; the last line is 'bench: records=N seconds=S "
-        "events_per_s=R results=K exact=true sustained_events_per_s=X launch_to_visible_s=Y' "
-        "(S excludes loading and Spark start-up; X leaves out the first data batch; Y runs from "
-        "the job process's launch until every window is committed).",
-    )
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--latency", action="store_true",
-        help="window end -> visible to a read_committed consumer, while synth --rate runs",
-    )  # fmt: skip
-    mode.add_argument(
-        "--scaling", action="store_true",
-        help="events/s vs partitions, distinct IPs, maxOffsetsPerTrigger, shuffle partitions, "
-        "state store; time per phase and peak memory, as a table",
-    )  # fmt: skip
-    mode.add_argument(
-        "--sustained", action="store_true",
-        help="the throughput benchmark sized for a steady state: --records defaults to "
-        "5,000,000 and a batch reads at most 500,000 of them (unless --set "
-        "job.max_offsets_per_trigger=...), so the last line's sustained_events_per_s= and "
-        "cores_busy steady= cover several data batches",
-    )  # fmt: skip
-    p.add_argument(
-        "--records", type=int,
-        help="records (default 1,000,000; 5,000,000 with --sustained)",
-    )  # fmt: skip
-    p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
-    p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
-    p.add_argument("--skew", type=float, default=1.1, help="Zipf skew of IPs (default 1.1)")
-    p.add_argument(
-        "--event-rate", type=float, default=20_000.0,
-        help="records per event-time second when pre-loading (default 20000)",
-    )  # fmt: skip
-    p.add_argument("--start", help="first event time, ISO 8601 or epoch ms (default 2026-01-01Z)")
-    p.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
-    p.add_argument(
-        "--bootstrap", help="use this Kafka (default: a local broker.kind broker on a free port)"
-    )
-    p.add_argument(
-        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-        help="extra Spark setting for the job (repeatable)",
-    )  # fmt: skip
-    p.add_argument(
-        "--no-event-log", action="store_true",
-        help="do not write Spark's event log (no per-stage figures)",
-    )  # fmt: skip
-    p.add_argument("--timeout", type=float, default=3600.0, help="per job run (default 3600 s)")
-    p.add_argument(
-        "--keep", action="store_true", help="keep the work directory (logs, checkpoints)"
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help="one line per micro-batch")
-    lat = p.add_argument_group("--latency")
-    lat.add_argument(
-        "--rates", default="1000,5000,20000",
-        help="records/s, one phase each (default 1000,5000,20000)",
-    )  # fmt: skip
-    lat.add_argument("--duration", type=float, default=60.0, help="seconds per rate (default 60)")
-    lat.add_argument(
-        "--warmup", type=float, default=20.0,
-        help="unmeasured warm-up at the first rate: at least this long and until the job has "
-        "committed windows (default 20 s)",
-    )  # fmt: skip
-    sc = p.add_argument_group("--scaling")
-    sc.add_argument("--cells", help="comma list of cells to run (default: all; see --list-cells)")
-    sc.add_argument("--list-cells", action="store_true", help="print the cells and exit")
-    sc.add_argument(
-        "--variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
-        help="extra cell: settings (spark.shuffle_partitions=2), spark.conf keys, env.VAR=..., "
-        "partitions=, ips=, skew= (repeatable)",
-    )  # fmt: skip
-    sc.add_argument(
-        "--repeat", type=int, default=1, help="run the cells this many times, interleaved"
-    )  # fmt: skip
-    p.set_defaults(func=run)
+__all__ = ["report_lines", "run_throughput"]
 
 
 def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     """The lines printed before the final one: start-up, phases, stages, state, memory."""
-    from loadgen.bench.memory import fmt_mb
+    from ipcount.bench.memory import fmt_mb
 
     job, ph, st = fig.job, fig.phases, fig.stages
     first = job.first_batch_s
@@ -129,7 +39,8 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"launch_to_visible_s={fig.launch_to_visible_s:.1f} startup_s={job.startup_s:.1f} "
         f"first_batch_s={fmt_num(first)} jvm_cpu_s_per_1M={fmt_num(fig.jvm_cpu_per_1m)} ("
         + (
-            f"sustained: {ph.data_batches} data batch(es), needs 2 (more --records or --sustained)"
+            f"sustained: {ph.data_batches} data batch(es), needs 2 (more --records, or "
+            "`ipcount bench sustained`)"
             if steady is None
             else f"sustained: the {steady.batches} data batches after the first, "
             f"{steady.records} records in {steady.seconds:.1f} s from its end to the last one's"
@@ -208,44 +119,6 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def validate(args: argparse.Namespace) -> None:
-    """Check the options; an omitted --records takes its mode's default."""
-    if args.records is None:
-        args.records = SUSTAINED_RECORDS if args.sustained else THROUGHPUT_RECORDS
-    for name in ("records", "partitions", "ips", "timeout"):
-        if getattr(args, name) <= 0:
-            raise ConfigError(f"--{name} must be positive, got {getattr(args, name)}")
-    if args.event_rate <= 0:
-        raise ConfigError(f"--event-rate must be positive, got {args.event_rate}")
-
-
-def sustained_overrides(args: argparse.Namespace) -> list[str]:
-    """--sustained caps a batch at SUSTAINED_BATCH_RECORDS, unless a --set caps it already."""
-    if not args.sustained or any(
-        o.partition("=")[0].strip() == "job.max_offsets_per_trigger" for o in args.overrides or []
-    ):
-        return []
-    return [f"job.max_offsets_per_trigger={SUSTAINED_BATCH_RECORDS}"]
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """`loadgen bench`: dispatch to latency / scaling, else the throughput benchmark."""
-    require("loadgen bench", "bench", "psutil")
-    from loadgen.bench.job_child import sigterm_as_interrupt
-
-    validate(args)
-    with sigterm_as_interrupt():
-        if args.latency:
-            from loadgen.bench.latency import run_latency
-
-            return run_latency(args, settings)
-        if args.scaling or args.list_cells:
-            from loadgen.bench.scaling import run_scaling
-
-            return run_scaling(args, settings)
-        return run_throughput(args, settings)
-
-
 def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
     """Pre-load N records (synth's generator, fixed historical event time), run the job with
     Trigger.AvailableNow in its own process until every window is committed, verify the sink
@@ -256,12 +129,12 @@ def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
     ready SparkSession to its end (every window committed); loading and Spark start-up are
     excluded from S and reported on the lines before. X is the steady state: the records of the
     data batches after the first over the time from the first data batch's end to the last one's
-    (`-` below two data batches; `--sustained` loads 5M records by default to have several); Y
-    runs from the job process's launch to the run's end, every window visible to read_committed
-    readers.
+    (`-` below two data batches; `ipcount bench sustained` loads 5M records by default to have
+    several); Y runs from the job process's launch to the run's end, every window visible to
+    read_committed readers.
     """
+    from ipcount.bench.workspace import DEFAULT_START_MS, bench_env, preload
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.workspace import DEFAULT_START_MS, bench_env, preload
     from loadgen.generator import parse_start
 
     start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS

@@ -4,27 +4,25 @@ consumption of the same topic, in one run. Pre-loads N nginx access records into
 from __future__ import annotations
 
 import argparse
-import logging
 import random
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ipcount.bench.workspace import own_broker
 from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.quirks import broker_quirks
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition
-from loadgen.bench.workspace import own_broker
 
-__all__ = ["main"]
+__all__ = ["run_source"]
 
 _PATHS = ("/", "/index.html", "/api/v1/items?page=2", "/static/app.js", "/login", "/cart/checkout")
 _REFERERS = ("-", "https://www.example.com/", "https://shop.example.com/products/42?ref=home")
@@ -183,8 +181,9 @@ def _report_spark(run: int, result: dict[str, Any], n: int) -> None:
     print(f"  phases         {phases}")
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.WARNING)
+def run_source(args: argparse.Namespace) -> int:
+    """`ipcount bench source`: pre-load, then print each read rate (own broker unless
+    --bootstrap)."""
     with own_broker(args.bootstrap, "bench-source-broker-") as bootstrap:
         return _run(args, bootstrap)
 
@@ -237,37 +236,3 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
                     fut.result(timeout=30)
             except KafkaException as exc:
                 print(f"could not delete benchmark topic {topic}: {exc}", file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """.venv/bin/python -m loadgen.bench.source                          # 1M records, own broker
-    .venv/bin/python -m loadgen.bench.source --records 50000 --bootstrap 127.0.0.1:9092
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m loadgen.bench.source", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument(
-        "--records", type=int, default=1_000_000, help="records to pre-load (default 1M)"
-    )
-    parser.add_argument("--partitions", type=int, default=3, help="topic partitions (default 3)")
-    parser.add_argument(
-        "--bootstrap", help="use this Kafka (default: a local IPCOUNT_BROKER_KIND one)"
-    )
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    parser.add_argument(
-        "--max-offsets-per-trigger",
-        type=int,
-        default=0,
-        help="source maxOffsetsPerTrigger (default: none)",
-    )
-    parser.add_argument(
-        "--spark-runs",
-        type=int,
-        default=2,
-        help="Spark queries in one session (default 2: cold, warm)",
-    )
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

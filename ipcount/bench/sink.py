@@ -4,13 +4,11 @@ results (encode on the "executor", pickle to the driver, one Kafka transaction o
 from __future__ import annotations
 
 import argparse
-import logging
 import pickle
-import sys
 import time
 import uuid
-from collections.abc import Sequence
 
+from ipcount.bench.workspace import own_broker
 from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
@@ -18,9 +16,8 @@ from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 from ipcount.sink.writer import KafkaTxnCommitMessage
-from loadgen.bench.workspace import own_broker
 
-__all__ = ["main", "bench_one"]
+__all__ = ["bench_one", "run_sink"]
 
 W = 5000
 T0 = 1_700_000_000_000
@@ -86,22 +83,8 @@ def bench_one(session: TxnSession, settings: Settings, batch_id: int, n: int) ->
     return {"encode": t1 - t0, "pickle": t2 - t1, "commit": t4 - t3}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """.venv/bin/python -m loadgen.bench.sink                      # 10k, 100k, 1M; own broker
-    .venv/bin/python -m loadgen.bench.sink --sizes 1000,10000 --bootstrap 127.0.0.1:9092
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m loadgen.bench.sink", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="comma list of batch sizes")
-    parser.add_argument(
-        "--bootstrap", help="use this broker (default: a local IPCOUNT_BROKER_KIND one)"
-    )
-    parser.add_argument(
-        "--partitions", type=int, default=3, help="sink topic partitions (default 3)"
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def run_sink(args: argparse.Namespace) -> int:
+    """`ipcount bench sink`: one transaction per --sizes entry (own broker unless --bootstrap)."""
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
 
     with own_broker(args.bootstrap, "bench-sink-") as bootstrap:
@@ -136,7 +119,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,11 +11,11 @@ from ipcount.errors import ConfigError
 from loadgen.generator import SynthSpec
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
+    from ipcount.bench.job_launcher import JobRun
+    from ipcount.bench.report import PhaseTotals, StageTotals
+    from ipcount.bench.workspace import BenchEnv
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
-    from loadgen.bench.job_child import JobRun
-    from loadgen.bench.report import PhaseTotals, StageTotals
-    from loadgen.bench.workspace import BenchEnv
 
 __all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "fmt_num", "spark_pairs"]
 
@@ -31,7 +31,6 @@ def synth_spec(
         seed=seed,
         window_ms=int(settings.job.window_seconds * 1000),
         watermark_delay_seconds=settings.job.watermark_delay_seconds,
-        max_record_bytes=settings.job.max_record_bytes,
     )
     spec.validate()
     return spec
@@ -88,10 +87,10 @@ def measure_run(
     timeout: float = 3600.0,
 ) -> RunFigures:
     """Run the job once over the pre-loaded source (fresh sink and checkpoint), then verify."""
+    from ipcount.bench.job_launcher import run_job_child
+    from ipcount.bench.report import StageTotals, event_log_conf, phase_totals, stage_totals
+    from ipcount.bench.workspace import verify_run
     from ipcount.kafka.topics import ensure_topics
-    from loadgen.bench.job_child import run_job_child
-    from loadgen.bench.report import StageTotals, event_log_conf, phase_totals, stage_totals
-    from loadgen.bench.workspace import verify_run
 
     settings, overrides = env.with_sink(overrides, name)
     ensure_topics(settings)

@@ -56,7 +56,7 @@ def register(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from ipcount.job.runner import run_job
+    from ipcount.job.supervisor import run_job
 
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         raise ConfigError(f"--metrics-port must be 0 (off) or a TCP port, got {args.metrics_port}")

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from ipcount.checkpoint.offset_log import absolute_location, check_readable
 from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
-from ipcount.job.checkpoint import checkpoint_query_id
-from ipcount.job.running import JobQueries
+from ipcount.job.job_queries import JobQueries
+from ipcount.job.query_id import checkpoint_query_id
 from ipcount.kafka.client import check_transaction_timeout
 from ipcount.kafka.topics import missing_topics
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS

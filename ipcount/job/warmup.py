@@ -45,7 +45,7 @@ class _WarmupReader(DataSourceReader):
         import os
 
         import ipcount.sink.writer  # noqa: F401
-        import ipcount.source.combiner_task  # noqa: F401
+        import ipcount.source.counting_task  # noqa: F401
         from ipcount.worker_gc import freeze_long_lived
 
         freeze_long_lived()

@@ -1,5 +1,5 @@
 """The combiner, pure: raw access records in, one row per (window, client, late) out, and the
-records a count leaves out with their reason (runs in the read tasks: source.combiner_task)."""
+records a count leaves out with their reason (runs in the read tasks: source.counting_task)."""
 
 from __future__ import annotations
 

@@ -353,7 +353,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, KafkaInputPartition):
             raise SourceError(f"ipcount-kafka cannot read partition {partition!r}")
         if self.options.output != "records":
-            from ipcount.source.combiner_task import read_task
+            from ipcount.source.counting_task import read_task
 
             yield from read_task(
                 self.options,

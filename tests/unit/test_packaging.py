@@ -31,7 +31,7 @@ from ipcount.cli import build_parser
 args = build_parser().parse_args(["run", "--metrics-port", "9464"])
 assert args.metrics_port == 9464
 build_parser().parse_args(["consume", "--from-beginning"])
-import ipcount.job.runner, ipcount.job.pipeline, ipcount.job.session, ipcount.observe.endpoint
+import ipcount.job.supervisor, ipcount.job.pipeline, ipcount.job.session, ipcount.observe.endpoint
 import ipcount.source.reader, ipcount.sink.writer, ipcount.kafka.topic_reader, ipcount.verify.compare
 
 import urllib.request

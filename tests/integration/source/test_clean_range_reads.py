@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Message
 
 from ipcount.formats.accesslog import format_record
-from ipcount.source import combiner_task
+from ipcount.source import counting_task
 from ipcount.source.offsets import OffsetRange, SourceOffset
 from ipcount.source.options import SourceOptions, parse_options
 from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
@@ -30,7 +30,7 @@ class _Fetched:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.records = 0
         self.reads = 0
-        real = combiner_task.read_messages
+        real = counting_task.read_messages
 
         def counting(
             options: SourceOptions, rng: OffsetRange, **kwargs: Any
@@ -40,7 +40,7 @@ class _Fetched:
                 self.records += len(msgs)
                 yield msgs
 
-        monkeypatch.setattr(combiner_task, "read_messages", counting)
+        monkeypatch.setattr(counting_task, "read_messages", counting)
 
 
 def _reader(bootstrap: str, topic: str, output: str, tmp: Path) -> KafkaStreamReader:

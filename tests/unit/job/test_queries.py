@@ -9,7 +9,7 @@ from typing import Any
 
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from ipcount.job.running import DEAD_LETTER_START_SECONDS, JobQueries
+from ipcount.job.job_queries import DEAD_LETTER_START_SECONDS, JobQueries
 from ipcount.queries import QUALITY_METRICS
 
 

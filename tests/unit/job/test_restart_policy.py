@@ -14,9 +14,9 @@ import pytest
 from ipcount.config import RunMode, load_settings
 from ipcount.errors import TransactionAbortedError
 from ipcount.faults import fault_point
-from ipcount.job import runner
-from ipcount.job.runner import is_fatal
-from ipcount.job.running import JobQueries
+from ipcount.job import supervisor
+from ipcount.job.job_queries import JobQueries
+from ipcount.job.supervisor import is_fatal
 from ipcount.observe.metrics import JobMetrics
 
 # What Spark's StreamingQueryException text holds for a failure in the sink's commit (trimmed).
@@ -90,8 +90,8 @@ def _run_runner(
     overrides: tuple[str, ...] = (),
     mode: RunMode = RunMode(),
 ) -> tuple[int, JobMetrics]:
-    """runner._run with `start_job` in place of Spark's queries; its exit code and metrics."""
-    monkeypatch.setattr(runner, "start_job", start_job)
+    """supervisor._run with `start_job` in place of Spark's queries; its exit code and metrics."""
+    monkeypatch.setattr(supervisor, "start_job", start_job)
     settings = load_settings(
         env={},
         overrides=[f"job.restart_delay_seconds={delay}", *overrides],
@@ -101,7 +101,7 @@ def _run_runner(
     metrics = JobMetrics()
     observed = SimpleNamespace(metrics=metrics, listener=object())
     session = SimpleNamespace(streams=streams)
-    return runner._run(settings, observed, session, mode, None), metrics
+    return supervisor._run(settings, observed, session, mode, None), metrics
 
 
 def test_a_new_query_is_new_only_at_its_first_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,7 +209,7 @@ def _run_failing(
     """The runner's loop, without Spark, on an injected clock: the query started n-th fails at
     `failed_at[n]` seconds (clock time), the one after the last ends cleanly."""
     clock = _Clock()
-    monkeypatch.setattr(runner, "time", clock)
+    monkeypatch.setattr(supervisor, "time", clock)
     started: list[Any] = []
 
     def start_job(*args: Any, **kwargs: Any) -> JobQueries:
@@ -235,7 +235,7 @@ def test_transient_failures_weeks_apart_never_add_up_to_a_stop(
 ) -> None:
     """A job that lives through five rolling broker upgrades, a week apart, is restarted each time:
     the budget (3 restarts) counts within job.restart_window_seconds, not over the job's life."""
-    caplog.set_level("WARNING", logger="ipcount.job.runner")
+    caplog.set_level("WARNING", logger="ipcount.job.supervisor")
     code, metrics, started = _run_failing(monkeypatch, [w * 7 * DAY for w in range(1, 6)])
     assert (code, len(started)) == (0, 6)
     assert _restarts(metrics) == 5
@@ -249,7 +249,7 @@ def test_a_query_that_keeps_failing_stops_after_the_budget(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The seed's shape by default: a fourth failure within the window stops the job (exit 1)."""
-    caplog.set_level("WARNING", logger="ipcount.job.runner")
+    caplog.set_level("WARNING", logger="ipcount.job.supervisor")
     code, metrics, started = _run_failing(monkeypatch, [0.0, 12.0, 24.0, 36.0, 48.0])
     assert (code, len(started)) == (1, 4)
     assert _restarts(metrics) == 3
@@ -301,7 +301,7 @@ def test_data_loss_stops_the_job_at_once(
 ) -> None:
     """failOnDataLoss=true: a restart cannot bring deleted records back, so the job exits 1 at
     once (no restart, no delay) with one message that says what was lost and how to go on."""
-    caplog.set_level("ERROR", logger="ipcount.job.runner")
+    caplog.set_level("ERROR", logger="ipcount.job.supervisor")
     started: list[Any] = []
 
     def start_job(*args: Any, **kwargs: Any) -> JobQueries:

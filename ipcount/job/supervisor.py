@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from ipcount.checkpoint.offset_log import local_path
 from ipcount.config import RunMode, Settings
+from ipcount.job.job_queries import JobQueries
 from ipcount.job.pipeline import Prepared, preflight, prepare_start, start_job
 from ipcount.job.restarts import RestartBudget
-from ipcount.job.running import JobQueries
 
 __all__ = ["run_job", "is_fatal", "short_error"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ipcount.errors import ConfigError
-from ipcount.job.checkpoint import checkpoint_query_id
+from ipcount.job.query_id import checkpoint_query_id
 
 
 def test_a_new_local_checkpoint_gets_an_id_in_sparks_format(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The map is the territory: every file or module that README.md and docs/*.md name (in a code span
 or a table) exists, as the docs name it (`kafka/topic_reader.py` for ipcount/kafka/topic_reader.py,
 a bare `reader.py` after `ipcount/source/` in the same table cell or line, `python -m
-loadgen.bench.source`), and every module of ipcount/ and loadgen/ has its place in the file table
+ipcount.bench.timed_job`), and every module of ipcount/ and loadgen/ has its place in the file table
 of docs/architecture.md."""
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 PACKAGES = ("ipcount", "loadgen")
 # Named by the docs but not in this repository, each with why; a test below keeps the list honest.
-OUTSIDE_REPO = {
-    "../shared/peers/compare.sh": "issue #41: the Flink comparison moves into the repository",
-}
+OUTSIDE_REPO: dict[str, str] = {}
 
 _FENCE = re.compile(r"^(```|~~~)")
 _SPAN = re.compile(r"`([^`\n]+)`")
@@ -28,8 +26,8 @@ _TABLE_WORD = re.compile(r"(?<![\w./`-])([\w.-]+(?:/[\w.-]+)*/?)")
 _PY_NAME = re.compile(r"\w+\.py")
 _DOTTED = re.compile(r"(?:ipcount|loadgen)(?:\.\w+)+")
 # Where a relative path in the docs may start: the repository root, or a top-level package
-# (`kafka/topic_reader.py`, `bench/job_child.py`).
-_BASES = (ROOT, *(ROOT / p for p in PACKAGES), ROOT / "loadgen" / "bench")
+# (`kafka/topic_reader.py`, `bench/job_launcher.py`).
+_BASES = (ROOT, *(ROOT / p for p in PACKAGES))
 
 
 @dataclass
@@ -168,7 +166,7 @@ def test_every_module_has_its_place_in_the_architecture_table() -> None:
 
 def test_a_made_up_path_is_reported() -> None:
     page = (
-        "The reader lives in `ipcount/kafka/consume.py`; run `python -m loadgen.bench.nowhere`.\n"
+        "The reader lives in `ipcount/kafka/consume.py`; run `python -m ipcount.bench.nowhere`.\n"
         "| part | where |\n|---|---|\n"
         "| Kafka | `ipcount/kafka/` (`client.py`, `topics.py`, `consume.py`), `chaos/job.py` |\n"
         "A real one: `kafka/topic_reader.py`; not a path: `records/s`, `job.restart_attempts`.\n"
@@ -176,7 +174,7 @@ def test_a_made_up_path_is_reported() -> None:
     named = named_paths(page, "page.md")
     assert named.missing == [
         "page.md:1: ipcount/kafka/consume.py",
-        "page.md:1: loadgen.bench.nowhere",
+        "page.md:1: ipcount.bench.nowhere",
         "page.md:4: consume.py (in ipcount/kafka/)",
         "page.md:4: chaos/job.py",
     ]

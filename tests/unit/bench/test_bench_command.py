@@ -11,6 +11,7 @@ import pytest
 from ipcount.cli import build_parser
 
 
+# fmt: off
 @pytest.mark.parametrize(
     "argv",
     [
@@ -26,9 +27,10 @@ from ipcount.cli import build_parser
         ["source", "--records", "5000", "--partitions", "2", "--bootstrap", "h:1",
          "--master", "local[1]", "--max-offsets-per-trigger", "900", "--spark-runs", "1"],
         ["sink", "--sizes", "10,20", "--bootstrap", "h:1", "--partitions", "2"],
-    ],  # fmt: skip
+    ],
     ids=lambda argv: argv[0],
 )
+# fmt: on
 def test_every_benchmark_is_a_subcommand_with_its_options(argv: list[str]) -> None:
     args = build_parser().parse_args(["bench", *argv])
     assert args.command == "bench" and args.bench == argv[0] and callable(args.func)

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from ipcount.config import load_settings
 from ipcount.bench.job_launcher import JobRun
 from ipcount.bench.measure import RunFigures, final_line
 from ipcount.bench.memory import CpuSample, MemoryPeaks, cores_busy
-from ipcount.bench.report import StageTotals, phase_totals, sustained
 from ipcount.bench.options import sustained_overrides, validate
-from ipcount.bench.throughput import report_lines
+from ipcount.bench.report import StageTotals, phase_totals, sustained
 from ipcount.bench.scaling import Cell, _Row, format_table
+from ipcount.bench.throughput import report_lines
 from ipcount.cli import build_parser
+from ipcount.config import load_settings
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
 # The final line's parser in tests/e2e/test_bench.py: the historical keys, in order, then the

@@ -75,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     s.add_argument(
         "--late-fraction", type=float, default=0.0,
-        help="share of records placed an hour behind the watermark (default 0)",
+        help="share of records sent late: an hour behind the watermark, or see "
+        "--late-behind-seconds (default 0)",
+    )  # fmt: skip
+    s.add_argument(
+        "--late-behind-seconds", type=float, metavar="S",
+        help="late records are 1 to S seconds behind the event clock, as a shipper's retries are "
+        "(those inside job.watermark_delay_seconds count as on time); default: an hour back",
     )  # fmt: skip
     s.add_argument(
         "--malformed-fraction", type=float, default=0.0,
@@ -132,6 +138,7 @@ def _run_synth(args: argparse.Namespace, settings: Settings) -> int:
         ipv6_share=args.ipv6_share,
         jitter_seconds=args.jitter_seconds,
         late_fraction=args.late_fraction,
+        late_behind_seconds=args.late_behind_seconds,
         malformed_fraction=args.malformed_fraction,
         event_rate=args.event_rate,
         seed=args.seed,

@@ -1,10 +1,9 @@
-"""Pure record-generation logic for loadgen (no I/O, loadgen process): a Zipf-skewed IP pool with
-an IPv6 share, an event-time clock with jitter, late and malformed records, and the tally that
-becomes the ground-truth ledger."""
+"""Pure record-generation logic for loadgen (no I/O, loadgen process): records from the skewed IP
+pool (loadgen.ip_pool), an event-time clock with jitter, late and malformed records, and each
+record's kind, which loadgen.tally turns into the ground-truth ledger."""
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from ipcount.config import MAX_RECORD_BYTES
 from ipcount.errors import ConfigError
 from ipcount.formats.accesslog import format_record, format_time_local
 from ipcount.verify.ledger import window_start_ms
+from loadgen.ip_pool import IpPool, zipf_weights
 
 __all__ = [
     "KIND_ON_TIME",
@@ -39,7 +39,8 @@ KIND_LATE = 1
 KIND_MALFORMED = 2
 MALFORMED_KINDS = ("unparseable", "bad_ip", "bad_timestamp", "non_utf8", "oversized")
 # Late records go to a zone that ends this long before the first on-time window, so their windows
-# hold no on-time records and lie far behind any watermark (see ipcount.verify.ledger).
+# hold no on-time records and lie far behind any watermark (see ipcount.verify.ledger), unless
+# SynthSpec.late_behind_seconds puts them just behind the event clock, as a shipper's retries are.
 LATE_OFFSET_MS = 3_600_000
 LATE_SPAN_MS = 60_000
 # --count mode without --event-rate: records per event-time second.
@@ -63,6 +64,9 @@ class SynthSpec:
     ipv6_share: float = 0.1
     jitter_seconds: float = 2.0
     late_fraction: float = 0.0
+    # Late records this many seconds behind the event clock at most (uniformly from 1 s), instead
+    # of the zone an hour back: those still inside the watermark delay count as on time.
+    late_behind_seconds: float | None = None
     malformed_fraction: float = 0.0
     # Records per event-time second; None: event time follows the wall clock.
     event_rate: float | None = None
@@ -109,6 +113,11 @@ class SynthSpec:
             raise ConfigError(f"job.window_seconds must be positive, got {self.window_ms} ms")
         if self.jitter_seconds * 1000 >= LATE_OFFSET_MS - self.window_ms:
             raise ConfigError("--jitter-seconds must be well below one hour (the late zone offset)")
+        behind = self.late_behind_seconds
+        if behind is not None and not 1 <= behind < LATE_OFFSET_MS / 1000:
+            raise ConfigError(
+                f"--late-behind-seconds must be from 1 to below 3600 (an hour), got {behind:g}"
+            )
 
 
 def parse_start(text: str) -> int:
@@ -130,87 +139,6 @@ def parse_start(text: str) -> int:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp() * 1000)
-
-
-def zipf_weights(n: int, skew: float) -> np.ndarray:
-    """Normalised Zipf-like weights 1/rank**skew for ranks 1..n (skew 0 is uniform)."""
-    if n <= 0:
-        return np.zeros(0)
-    w = 1.0 / np.power(np.arange(1, n + 1, dtype=np.float64), skew)
-    return np.asarray(w / w.sum())
-
-
-def _ipv4_addresses(n: int, rng: np.random.Generator) -> list[str]:
-    seen: set[int] = set()
-    out: list[int] = []
-    while len(out) < n:
-        # 1.0.0.0 .. 223.255.255.255 without 127/8 (loopback); unicast only.
-        for a in rng.integers(1 << 24, 224 << 24, size=2 * (n - len(out)) + 8).tolist():
-            if a >> 24 == 127 or a in seen:
-                continue
-            seen.add(a)
-            out.append(a)
-            if len(out) == n:
-                break
-    return [f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}" for a in out]
-
-
-def _ipv6_addresses(n: int, rng: np.random.Generator) -> list[str]:
-    seen: set[str] = set()
-    out: list[str] = []
-    while len(out) < n:
-        m = 2 * (n - len(out)) + 8
-        groups = rng.integers(0, 1 << 16, size=(m, 8), dtype=np.int64)
-        groups[:, 0] = 0x2001
-        groups[:, 1] = 0x0DB8
-        # Zero some groups so both full and '::'-compressed forms occur.
-        groups[:, 2:][rng.random((m, 6)) < 0.3] = 0
-        for row in groups.tolist():
-            value = 0
-            for g in row:
-                value = (value << 16) | g
-            text = ipaddress.IPv6Address(value).compressed  # canonical, lower-case
-            if text not in seen:
-                seen.add(text)
-                out.append(text)
-                if len(out) == n:
-                    break
-    return out
-
-
-class IpPool:
-    """Client IPs with Zipf-like skew; `ipv6_share` of the records (not only addresses) are IPv6.
-
-    The pool is a mixture: IPv4 and IPv6 addresses each get Zipf weights within their family, and
-    the families are weighted (1 - share, share), so skew and IPv6 share are independent knobs.
-    """
-
-    def __init__(self, size: int, skew: float, ipv6_share: float, rng: np.random.Generator) -> None:
-        n6 = round(size * ipv6_share)
-        if 0 < ipv6_share and n6 == 0:
-            n6 = 1
-        if ipv6_share < 1 and n6 == size and size > 1:
-            n6 = size - 1
-        n4 = size - n6
-        share = ipv6_share if n4 and n6 else (1.0 if n6 else 0.0)
-        self.ips: list[str] = _ipv4_addresses(n4, rng) + _ipv6_addresses(n6, rng)
-        self.keys: list[bytes] = [ip.encode("ascii") for ip in self.ips]
-        self.is_ipv6 = np.zeros(size, dtype=bool)
-        self.is_ipv6[n4:] = True
-        self.probabilities = np.concatenate(
-            [zipf_weights(n4, skew) * (1.0 - share), zipf_weights(n6, skew) * share]
-        )
-        # The sampling table: inverse-CDF lookup with searchsorted, vectorised per batch.
-        self._cdf = np.cumsum(self.probabilities)
-        self._cdf[-1] = 1.0
-
-    def __len__(self) -> int:
-        return len(self.ips)
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """n pool indexes drawn by the skewed distribution."""
-        idx = np.searchsorted(self._cdf, rng.random(n), side="right")
-        return np.minimum(idx, len(self.ips) - 1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -333,9 +261,10 @@ class RecordGenerator:
             event = base - (rng.random(n) * self._jitter_ms).astype(np.int64)
         late = kinds == KIND_LATE
         if late.any():
-            event = event.copy()
-            event[late] = self.late_zone_start_ms + rng.integers(0, LATE_SPAN_MS, int(late.sum()))
+            event = self._place_late(event, base, late)
         event = event - event % 1000  # nginx $time_local has second precision
+        if late.any() and spec.late_behind_seconds is not None:
+            self._on_time_if_inside_delay(kinds, event, base, late)
         tails = rng.integers(0, len(self._tails), n)
 
         # Each line is ip_prefix + (time, tail) combination, both precomputed bytes: one
@@ -366,6 +295,28 @@ class RecordGenerator:
                 )
                 batch.malformed[pos] = kind
         return batch
+
+    def _place_late(self, event: np.ndarray, base: np.ndarray, late: np.ndarray) -> np.ndarray:
+        """Event times of the late records: in the zone an hour back, or up to
+        late_behind_seconds behind the event clock."""
+        event, n = event.copy(), int(late.sum())
+        if self.spec.late_behind_seconds is None:
+            event[late] = self.late_zone_start_ms + self.rng.integers(0, LATE_SPAN_MS, n)
+        else:
+            most = int(self.spec.late_behind_seconds * 1000)
+            event[late] = base[late] - self.rng.integers(1000, max(most, 1000) + 1, n)
+        return event
+
+    def _on_time_if_inside_delay(
+        self, kinds: np.ndarray, event: np.ndarray, base: np.ndarray, late: np.ndarray
+    ) -> None:
+        """A record sent behind the clock but by fewer whole seconds than the watermark delay is
+        on time (the rule jitter keeps to): the job counts it in its window's final count, and
+        the ledger must say so. Those further behind stay late: a correction, or part of the
+        final count when the watermark had not passed their window yet (verify allows both)."""
+        newest_s = (base - base % 1000) // 1000
+        behind_s = newest_s - event // 1000
+        kinds[late & (behind_s < self.spec.watermark_delay_seconds)] = KIND_ON_TIME
 
     def _malformed(self, kind: str, ip: str, second: int, tail: int) -> tuple[bytes, bytes | None]:
         rng = self.rng

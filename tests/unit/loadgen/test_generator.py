@@ -258,3 +258,56 @@ def test_tally_counts_delivered_records_only() -> None:
     assert ledger.late_counts == +expected_late
     assert ledger.malformed == malformed == tally.malformed
     assert ledger.on_time == tally.on_time and ledger.late == tally.late
+
+
+def _simulate_job(
+    gen: RecordGenerator, batches: int, size: int, delay_ms: int
+) -> tuple[Counter[tuple[int, str]], Counter[tuple[int, str]], LedgerTally]:
+    """The job's rule on the generator's records, one generator batch per micro-batch: a record
+    is late when its window ends at or before the previous batches' newest event time less the
+    delay (the watermark that batch is judged by). Returns the final counts, the corrections and
+    the tally of every record delivered."""
+    tally = LedgerTally(gen.pool.ips, 5000)
+    finals: Counter[tuple[int, str]] = Counter()
+    fixes: Counter[tuple[int, str]] = Counter()
+    newest = None
+    for _ in range(batches):
+        batch = gen.next_batch(size)
+        tally.add(batch)
+        watermark = None if newest is None else newest - delay_ms
+        counted = batch.kinds != KIND_MALFORMED
+        for t, i in zip(
+            batch.event_ms[counted].tolist(), batch.ip_idx[counted].tolist(), strict=True
+        ):
+            key = (window_start_ms(t, 5000), gen.pool.ips[i])
+            late = watermark is not None and key[0] + 5000 <= watermark
+            (fixes if late else finals)[key] += 1
+        top = int(batch.event_ms[counted].max())
+        newest = top if newest is None else max(newest, top)
+    return finals, fixes, tally
+
+
+def test_late_records_a_shipper_retried_are_seconds_to_a_minute_behind() -> None:
+    gen = _gen(ips=50, late_fraction=0.02, jitter_seconds=2, late_behind_seconds=60)
+    finals, fixes, tally = _simulate_job(gen, batches=120, size=1000, delay_ms=5000)
+    ledger = tally.to_ledger()
+    # Behind the watermark, not an hour back: the corrections are for windows of the last minute.
+    assert 0 < len(fixes) and min(k[0] for k in fixes) >= START - 65_000
+    # Records behind by less than the delay are on time: the ledger counts them as such.
+    assert ledger.late < 0.02 * 120_000 and tally.on_time + tally.late == sum(
+        finals.values()
+    ) + sum(fixes.values())
+    # late_corrections on (the default): final count + corrections = the ledger's total, exactly.
+    for key in set(finals) | set(fixes) | set(ledger.counts) | set(ledger.late_counts):
+        assert finals[key] + fixes[key] == ledger.counts[key] + ledger.late_counts[key], key
+    # late_corrections off: a final count is the on-time count plus at most the late ones
+    # the job still counted (never less: no record the ledger calls on time was late).
+    for key in set(finals) | set(ledger.counts):
+        assert ledger.counts[key] <= finals[key] <= ledger.counts[key] + ledger.late_counts[key]
+
+
+def test_late_behind_must_be_positive_and_below_an_hour() -> None:
+    with pytest.raises(ConfigError, match="--late-behind-seconds"):
+        SynthSpec(late_behind_seconds=0).validate()
+    with pytest.raises(ConfigError, match="--late-behind-seconds"):
+        SynthSpec(late_behind_seconds=4000).validate()

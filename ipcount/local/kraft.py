@@ -74,6 +74,10 @@ class KafkaBroker(LocalBroker):
     Alone, the replication factors and `min.insync.replicas` of the internal topics are 1; in a
     cluster of three or more, 3 and 2 (see `replication_props`). `transaction.max.timeout.ms` is
     configurable, so the sink's start-up check can be tested.
+    With `advertised_port` (e.g. a fault proxy's, `fault_proxy.FaultProxy`), clients are told to
+    reach the broker there, so every client connection goes through it; the broker's own traffic
+    (transaction markers to itself) uses a second listener, INTERNAL on `internal_port` (default:
+    a free port), which `internal_bootstrap` names for clients that must bypass the proxy.
     SIGTERM is a controlled shutdown. A SIGKILL ends the process, not the machine: what the broker
     acknowledged is in the OS page cache and survives a restart (`durable_kill`).
     """
@@ -93,14 +97,28 @@ class KafkaBroker(LocalBroker):
         node_id: int = 1,
         voters: dict[int, int] | None = None,
         cluster_id: str | None = None,
+        advertised_port: int | None = None,
+        internal_port: int | None = None,
     ) -> None:
         super().__init__(data_dir, host, port)
+        self.advertised_port = advertised_port
+        self.internal_port = internal_port
+        if advertised_port is not None and internal_port is None:
+            self.internal_port = free_port(host)
         self.version = version
         self.transaction_max_timeout_ms = transaction_max_timeout_ms
         self.extra = dict(extra or {})
         self.node_id = node_id
         self.voters = dict(voters or {})
         self.cluster_id = cluster_id
+
+    @property
+    def internal_bootstrap(self) -> str:
+        """host:port of the listener that clients reach without `advertised_port`'s detour (the
+        plain bootstrap when there is none)."""
+        if self.internal_port is None:
+            return self.bootstrap
+        return f"{self.host}:{self.internal_port}"
 
     @property
     def config_file(self) -> Path:
@@ -145,8 +163,24 @@ class KafkaBroker(LocalBroker):
             "broker.session.timeout.ms": "4000",
             "broker.heartbeat.interval.ms": "500",
         }
+        if self.advertised_port is not None:
+            props.update(self._detour_listeners(controller_port))
         props.update(self.extra)
         return props
+
+    def _detour_listeners(self, controller_port: int) -> dict[str, str]:
+        """Clients are sent to `advertised_port`; the broker talks to itself on INTERNAL."""
+        h = self.host
+        return {
+            "listeners": f"PLAINTEXT://{h}:{self.port},INTERNAL://{h}:{self.internal_port},"
+            f"CONTROLLER://{h}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{h}:{self.advertised_port},"
+            f"INTERNAL://{h}:{self.internal_port}",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map": (
+                "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            ),
+        }
 
     def prepare(self) -> None:
         port = self._controller_port()

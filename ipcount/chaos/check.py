@@ -12,6 +12,7 @@ from ipcount.chaos.processes import batch_ids
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topic_reader import TopicReader
+from ipcount.sink.marker import ProgressMarker
 
 __all__ = ["query_id", "progress_markers", "crash_evidence", "confirm_faults"]
 
@@ -30,6 +31,9 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
 
     With read_uncommitted this includes markers of open and aborted transactions (a
     read_committed reader would wait behind an open one).
+
+    Raises:
+        SinkError: a record under the query's key is not a progress marker.
     """
     seen: Counter[int] = Counter()
     with TopicReader(
@@ -40,7 +44,7 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
     ) as reader:
         for rec in reader.read_to_end(30):
             if rec.key == query.encode():
-                seen[int(json.loads(rec.value or b"{}").get("batchId", -1))] += 1
+                seen[ProgressMarker.decode(rec.value, where=rec.where).batch_id] += 1
     return seen
 
 

@@ -4,18 +4,17 @@ otherwise get the next batch written over the hole, and its windows never counte
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ipcount.errors import BrokerError, SinkError
 from ipcount.kafka.topic_reader import consumer_conf
 from ipcount.kafka.watermarks import partition_offsets
-from ipcount.sink.history import POSITION_KEY, lost_commit, read_markers
+from ipcount.sink.history import lost_commit, read_markers
+from ipcount.sink.marker import ProgressMarker
 
 __all__ = ["StaleSession", "check_still_committed"]
 
@@ -30,7 +29,7 @@ class StaleSession(SinkError):  # noqa: N818 - a signal to the caller, not an er
 def check_still_committed(
     conf: Mapping[str, str],
     progress_topic: str,
-    marker: Mapping[str, Any] | None,
+    marker: ProgressMarker | None,
     topic: str,
     next_batch: int,
     deadline_s: float,
@@ -51,17 +50,16 @@ def check_still_committed(
 
 
 def _marker_missing(
-    conf: Mapping[str, str], progress_topic: str, marker: Mapping[str, Any], deadline_s: float
+    conf: Mapping[str, str], progress_topic: str, marker: ProgressMarker, deadline_s: float
 ) -> str | None:
     """None when `marker` is still committed; else what the broker has instead."""
-    position = marker.get(POSITION_KEY)
-    if not position:
+    if marker.position is None:
         logger.warning(
             "batch %s: the position of its progress marker is unknown: not checked",
-            marker.get("batchId"),
+            marker.batch_id,
         )
         return None
-    partition, offset = int(position[0]), int(position[1])
+    partition, offset = marker.position
     where = f"{progress_topic}[{partition}]@{offset}"
     deadline = time.monotonic() + deadline_s
     stable_end = _end_offset(conf, "read_committed", progress_topic, partition, deadline_s)
@@ -89,27 +87,25 @@ def _marker_missing(
     # this query, a broker whose read_committed fetches from mid-log hide records after an
     # aborted transaction of the same producer, as noida-db's do): the whole topic, read as
     # every reader reads it, decides.
-    newest = read_markers(conf, progress_topic, deadline_s).get(str(marker["queryId"]))
-    if newest is not None and int(newest["batchId"]) > int(marker["batchId"]):
-        raise StaleSession(f"the broker holds batch {newest['batchId']} of this query")
-    if newest is not None and int(newest["batchId"]) == int(marker["batchId"]):
+    newest = read_markers(conf, progress_topic, deadline_s).get(marker.query_id)
+    if newest is not None and newest.batch_id > marker.batch_id:
+        raise StaleSession(f"the broker holds batch {newest.batch_id} of this query")
+    if newest is not None and newest.batch_id == marker.batch_id:
         return None
-    have = "none" if newest is None else f"batch {newest['batchId']}"
+    have = "none" if newest is None else f"batch {newest.batch_id}"
     return (
         f"the newest progress marker the broker now has for this query is {have} (the marker "
         f"was written at {where})"
     )
 
 
-def _is_marker(msg: Any, marker: Mapping[str, Any]) -> bool:
-    return msg is not None and bool(
-        msg.key() == str(marker["queryId"]).encode() and _batch(msg) == marker["batchId"]
-    )
+def _is_marker(msg: Message | None, marker: ProgressMarker) -> bool:
+    return msg is not None and msg.key() == marker.key and _batch(msg) == marker.batch_id
 
 
 def _read_committed_at(
     conf: Mapping[str, str], topic: str, partition: int, offset: int, deadline: float
-) -> Any:
+) -> Message | None:
     """The first committed record from `offset` on (None: the partition's stable end first)."""
     base = consumer_conf(conf, "read_committed")
     consumer = Consumer({**base, "enable.partition.eof": True, "auto.offset.reset": "latest"})
@@ -147,8 +143,9 @@ def _end_offset(
         consumer.close()
 
 
-def _batch(msg: Any) -> int | None:
+def _batch(msg: Message) -> int | None:
+    """The batch id of the marker in `msg`; None when it holds no marker."""
     try:
-        return int(json.loads(msg.value() or b"")["batchId"])
-    except (ValueError, KeyError, TypeError):
+        return ProgressMarker.decode(msg.value(), where="").batch_id
+    except SinkError:
         return None

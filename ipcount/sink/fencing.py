@@ -28,7 +28,8 @@ def superseded_by(cfg: TxnConfig) -> str | None:
     order = seen.runs.get(cfg.query_id, [])
     if not order or order[-1] == cfg.run_id:
         return None
-    theirs = str((seen.markers.get(cfg.query_id) or {}).get("runId", ""))
+    newest = seen.markers.get(cfg.query_id)
+    theirs = "" if newest is None else newest.run_id
     if theirs == cfg.run_id or theirs not in order:
         return None  # the newest commit is this start's own, or of a start older than both
     if cfg.run_id in order and order.index(theirs) < order.index(cfg.run_id):

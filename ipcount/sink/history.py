@@ -7,13 +7,13 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Protocol
 
 from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.checkpoint.receipts import ReceiptLog
 from ipcount.errors import SinkHistoryError
+from ipcount.sink.marker import JsonValue, ProgressMarker
 from ipcount.sink.runs import (
-    POSITION_KEY,
     RUN_SUFFIX,
     announce_run,
     produce_one,
@@ -22,8 +22,8 @@ from ipcount.sink.runs import (
 )
 
 __all__ = [
-    "POSITION_KEY",
     "RUN_SUFFIX",
+    "CommittedBatch",
     "adopt",
     "announce_run",
     "run_order",
@@ -43,7 +43,7 @@ def adopt(
     progress_topic: str,
     query_id: str,
     run_id: str,
-    other: Mapping[str, Any],
+    other: ProgressMarker,
 ) -> None:
     """Give a new query (`--new-query`) the history it starts from: a marker of batch -1 that
     ends where `other`'s output ends, so later starts know this query and its offsets.
@@ -51,31 +51,26 @@ def adopt(
     Raises:
         SinkError: the broker did not acknowledge the record.
     """
-    body = {
-        "queryId": query_id,
-        "batchId": -1,
-        "runId": run_id,
-        "records": 0,
-        "topic": other.get("topic"),
-        "sourceEnd": other.get("sourceEnd"),
-        "adoptedFrom": other.get("queryId"),
-        "committedAtMs": int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000),
-    }
-    produce_one(
-        producer_conf,
-        progress_topic,
-        [(query_id, json.dumps(body, separators=(",", ":")).encode())],
+    marker = ProgressMarker(
+        query_id=query_id,
+        batch_id=-1,
+        run_id=run_id,
+        records=0,
+        topic=other.topic,
+        source_end=other.source_end,
+        adopted_from=other.query_id,
+        committed_at_ms=int(dt.datetime.now(tz=dt.UTC).timestamp() * 1000),
     )
+    produce_one(producer_conf, progress_topic, [(query_id, marker.encode())])
 
 
 def read_markers(
     consumer_conf: Mapping[str, str], progress_topic: str, deadline_seconds: float
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ProgressMarker]:
     """The newest committed progress marker of every query id (read_committed).
 
     Each progress marker (topics.progress, key = query id, compacted) says what one committed
-    batch wrote and consumed: {"queryId", "batchId", "topic", "sourceEnd", "records", ...};
-    "sourceEnd" is the source's end offset of that batch as Spark's offset log holds it.
+    batch wrote and consumed (sink.marker).
 
     Raises:
         SinkError: a marker of the topic is not ipcount's.
@@ -83,27 +78,40 @@ def read_markers(
     return read_progress(consumer_conf, progress_topic, deadline_seconds).markers
 
 
-def _when(marker: Mapping[str, Any]) -> str:
-    ms = marker.get("committedAtMs")
-    if not isinstance(ms, int):
+class CommittedBatch(Protocol):
+    """What a committed batch is known by: a progress marker, or the checkpoint's receipt."""
+
+    @property
+    def batch_id(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def source_end(self) -> JsonValue: ...
+    @property
+    def committed_at_ms(self) -> int | None: ...
+
+
+def _when(batch: CommittedBatch) -> str:
+    ms = batch.committed_at_ms
+    if ms is None:
         return "at an unknown time"
     return "at " + dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="seconds")
 
 
-def _offsets(value: Any) -> str:
+def _offsets(value: JsonValue) -> str:
     if isinstance(value, dict) and "offsets" in value:
         value = value["offsets"]
     return json.dumps(value, sort_keys=True)
 
 
-def _same_content(a: Any, b: Any) -> bool:
+def _same_content(a: JsonValue, b: JsonValue) -> bool:
     """Two batches consumed the same records: equal source end offsets (heartbeats aside)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.get("offsets") == b.get("offsets")
     return bool(a == b)
 
 
-def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: str) -> None:
+def check_checkpoint(marker: ProgressMarker | None, checkpoint: str, topic: str) -> None:
     """At start: the query's newest marker (None: it has none) against its checkpoint and the
     sink's receipts there (checkpoint.receipts). Disagreements stop the job with a message that
     names both sides and how to recover, instead of counting anything twice or skipping it:
@@ -122,26 +130,18 @@ def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: s
         logger.info("checkpoint %s is not local: receipts are not kept", checkpoint)
         receipts = []
     else:
-        receipts = ReceiptLog(checkpoint).newer_than(
-            None if marker is None else int(marker["batchId"])
-        )
+        receipts = ReceiptLog(checkpoint).newer_than(None if marker is None else marker.batch_id)
     if receipts:
-        first = receipts[0]
-        have = "none" if marker is None else f"batch {marker['batchId']}"
+        have = "none" if marker is None else f"batch {marker.batch_id}"
         raise lost_commit(
             topic,
-            {
-                "batchId": first.batch_id,
-                "records": first.records,
-                "sourceEnd": first.source_end,
-                "committedAtMs": first.committed_at_ms,
-            },
+            receipts[0],
             f"the newest progress marker the broker now has for this query is {have}"
-            + (f" (source offsets {_offsets(marker.get('sourceEnd'))})" if marker else "")
+            + (f" (source offsets {_offsets(marker.source_end)})" if marker else "")
             + f"; {len(receipts)} acknowledged batch(es) are missing",
             f"delete the receipts in {checkpoint}/ipcount-sink newer than that batch and ",
         )
-    if marker is None or int(marker["batchId"]) < 0:
+    if marker is None or marker.batch_id < 0:
         return  # nothing committed yet (a --new-query start's marker ends before batch 0)
     try:
         log = OffsetLog(checkpoint)
@@ -151,25 +151,25 @@ def check_checkpoint(marker: Mapping[str, Any] | None, checkpoint: str, topic: s
             "cannot read the offset log of %s (%s): skipping the start check", checkpoint, exc
         )
         return
-    batch = int(marker["batchId"])
+    batch = marker.batch_id
     if not planned or planned[-1] < batch:
         newest = planned[-1] if planned else None
         raise _older(checkpoint, topic, marker, newest)
-    if batch in planned and marker.get("sourceEnd") is not None:
+    if batch in planned and marker.source_end is not None:
         mine = log.source_end(batch)
-        if mine is not None and not _same_content(mine, marker["sourceEnd"]):
+        if mine is not None and not _same_content(mine, marker.source_end):
             raise _different(checkpoint, topic, marker, batch, mine)
 
 
 def lost_commit(
-    topic: str, lost: Mapping[str, Any], found: str, receipts: str = ""
+    topic: str, lost: CommittedBatch, found: str, receipts: str = ""
 ) -> SinkHistoryError:
     """The error for a commit the broker acknowledged and no longer has: `lost` is what was
-    committed (a marker's fields), `found` what the broker has instead, `receipts` what to do
+    committed (its marker or receipt), `found` what the broker has instead, `receipts` what to do
     with the checkpoint's receipts of it, if any."""
     return SinkHistoryError(
-        f"the broker lost a committed batch of {topic!r}: batch {lost['batchId']} "
-        f"({lost.get('records', '?')} records, source offsets {_offsets(lost.get('sourceEnd'))}) "
+        f"the broker lost a committed batch of {topic!r}: batch {lost.batch_id} "
+        f"({lost.records} records, source offsets {_offsets(lost.source_end)}) "
         f"was acknowledged as committed {_when(lost)}, but {found}. The job stops rather than "
         "write on over the hole. Recover the broker's data (replicas, backups), or re-count "
         "from the last batch the broker has: restore the checkpoint copy that matches it, or "
@@ -179,8 +179,8 @@ def lost_commit(
 
 def check_replay(
     batch_id: int,
-    source_end: Any,
-    marker: Mapping[str, Any] | None,
+    source_end: JsonValue,
+    marker: ProgressMarker | None,
     checkpoint: str,
     topic: str,
 ) -> None:
@@ -192,10 +192,9 @@ def check_replay(
     """
     if marker is None:
         return
-    committed = int(marker["batchId"])
-    if batch_id < committed:
+    if batch_id < marker.batch_id:
         raise _older(checkpoint, topic, marker, batch_id, running=True)
-    theirs = marker.get("sourceEnd")
+    theirs = marker.source_end
     if source_end is not None and theirs is not None and not _same_content(source_end, theirs):
         raise _different(checkpoint, topic, marker, batch_id, source_end)
 
@@ -203,7 +202,7 @@ def check_replay(
 def _older(
     checkpoint: str,
     topic: str,
-    marker: Mapping[str, Any],
+    marker: ProgressMarker,
     spark_batch: int | None,
     running: bool = False,
 ) -> SinkHistoryError:
@@ -218,20 +217,20 @@ def _older(
     )
     return SinkHistoryError(
         f"the checkpoint {checkpoint} is older than the sink's history: Spark {at}, but "
-        f"{topic!r} already holds this query's batch {marker['batchId']} (source offsets "
-        f"{_offsets(marker.get('sourceEnd'))}, committed {_when(marker)}). Replaying would skip "
+        f"{topic!r} already holds this query's batch {marker.batch_id} (source offsets "
+        f"{_offsets(marker.source_end)}, committed {_when(marker)}). Replaying would skip "
         f"batches whose content differs from what was committed. {twin} the newest checkpoint "
         "of this query, or start a new query on a new checkpoint with `--new-query`"
     )
 
 
 def _different(
-    checkpoint: str, topic: str, marker: Mapping[str, Any], batch: int, mine: Any
+    checkpoint: str, topic: str, marker: ProgressMarker, batch: int, mine: JsonValue
 ) -> SinkHistoryError:
     return SinkHistoryError(
         f"the checkpoint {checkpoint} does not match the sink's history: its batch {batch} "
-        f"consumed source offsets {_offsets(mine)}, but the batch {marker['batchId']} committed "
-        f"to {topic!r} {_when(marker)} consumed {_offsets(marker.get('sourceEnd'))}. This "
+        f"consumed source offsets {_offsets(mine)}, but the batch {marker.batch_id} committed "
+        f"to {topic!r} {_when(marker)} consumed {_offsets(marker.source_end)}. This "
         "checkpoint is older than the sink's history or belongs to another run. Restore the "
         "newest checkpoint of this query, or start a new query on a new checkpoint with "
         "`--new-query`"
@@ -239,51 +238,54 @@ def _different(
 
 
 def other_query_output(
-    markers: Mapping[str, Mapping[str, Any]],
+    markers: Mapping[str, ProgressMarker],
     query_id: str,
     topic: str,
     source_topics: Iterable[str],
-) -> Mapping[str, Any] | None:
+) -> ProgressMarker | None:
     """The newest marker of another query that wrote `topic` from any of `source_topics` (None
-    when there is none). Markers without "topic"/"sourceEnd" (older ipcount) are not judged.
+    when there is none). Markers without a topic or source offsets (older ipcount) are not judged.
 
     When this query has no output of its own, such a marker means a deleted or replaced
     checkpoint, or a second job: `--new-query` starts this one at that query's last committed
     source offsets instead (`starting_offsets_after`)."""
     wanted = set(source_topics)
-    found: Mapping[str, Any] | None = None
+    found: ProgressMarker | None = None
     for qid, marker in markers.items():
-        if qid == query_id or marker.get("topic") != topic:
+        if qid == query_id or marker.topic != topic:
             continue
-        end = marker.get("sourceEnd")
-        read = set(end.get("offsets", {})) if isinstance(end, dict) else set()
-        if not read & wanted:
+        if not set(_source_offsets(marker)) & wanted:
             continue
-        if found is None or int(marker.get("committedAtMs", 0)) > int(
-            found.get("committedAtMs", 0)
-        ):
+        if found is None or (marker.committed_at_ms or 0) > (found.committed_at_ms or 0):
             found = marker
     return found
 
 
-def starting_offsets_after(marker: Mapping[str, Any]) -> str:
+def _source_offsets(marker: ProgressMarker) -> dict[str, JsonValue]:
+    """The marker's source offsets per topic ({"topic": {"0": n}}; empty when it has none)."""
+    end = marker.source_end
+    offsets = end.get("offsets") if isinstance(end, dict) else None
+    return offsets if isinstance(offsets, dict) else {}
+
+
+def starting_offsets_after(marker: ProgressMarker) -> str:
     """startingOffsets JSON ({"topic": {"0": n}}) at the end of a marker's batch."""
-    end = marker.get("sourceEnd")
-    if not isinstance(end, dict) or not isinstance(end.get("offsets"), dict):
+    offsets = _source_offsets(marker)
+    if not offsets:
         raise SinkHistoryError(
-            f"the progress marker of query {marker.get('queryId')} holds no source offsets"
+            f"the progress marker of query {marker.query_id} holds no source offsets"
         )
-    return json.dumps(end["offsets"], sort_keys=True)
+    return json.dumps(offsets, sort_keys=True)
 
 
 def refuse_new_query(
-    other: Mapping[str, Any], query_id: str, topic: str, checkpoint: str
+    other: ProgressMarker, query_id: str, topic: str, checkpoint: str
 ) -> SinkHistoryError:
     """The error for a new query on a sink that holds another query's output."""
     return SinkHistoryError(
-        f"{topic!r} already holds the output of query {other.get('queryId')} (its batch "
-        f"{other.get('batchId')} committed {_when(other)}, source offsets "
-        f"{_offsets(other.get('sourceEnd'))}) from the same source, but the checkpoint "
+        f"{topic!r} already holds the output of query {other.query_id} (its batch "
+        f"{other.batch_id} committed {_when(other)}, source offsets "
+        f"{_offsets(other.source_end)}) from the same source, but the checkpoint "
         f"{checkpoint} belongs to a new query ({query_id}): it would count the source again from "
         "job.starting_offsets and duplicate those windows. Point job.checkpoint_location at "
         "that query's checkpoint, or start this new query where that output ends with "

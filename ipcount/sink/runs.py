@@ -13,9 +13,9 @@ from typing import Any
 from ipcount.errors import SinkError
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.topic_reader import TopicReader
+from ipcount.sink.marker import ProgressMarker
 
 __all__ = [
-    "POSITION_KEY",
     "RUN_SUFFIX",
     "MAX_RUNS",
     "RunHistory",
@@ -28,9 +28,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Where a progress marker was read or written, [partition, offset]: kept beside the marker's
-# fields in memory, never part of the record.
-POSITION_KEY = "_position"
 # Every key about a query's starts holds this infix (markers' keys are the bare query id). Earlier
 # versions wrote one key per start, `<query id>#run#<run id>`; now one per query holds the recent
 # starts, `<query id>#run#recent`, and the next start writes tombstones for the old keys.
@@ -72,7 +69,7 @@ class ProgressView:
     announced starts (oldest first, the broker's log order) and the one-key-per-start
     announcements of earlier versions still live (their keys, to be cleared)."""
 
-    markers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    markers: dict[str, ProgressMarker] = field(default_factory=dict)
     runs: dict[str, list[str]] = field(default_factory=dict)
     legacy: dict[str, list[str]] = field(default_factory=dict)
 
@@ -81,19 +78,11 @@ class ProgressView:
         if key is not None and RUN_SUFFIX.encode() in key:
             self._add_run(key.decode("utf-8", "replace"), value)
             return
-        try:
-            marker = json.loads(value or b"")
-            query = str(marker["queryId"])
-            batch = int(marker["batchId"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SinkError(
-                f"progress marker {where[2]} is unreadable ({exc}); it was not written by "
-                "ipcount: topics.progress must be ipcount's own topic"
-            ) from exc
-        newest = self.markers.get(query)
-        if newest is None or batch >= int(newest["batchId"]):
-            marker[POSITION_KEY] = [where[0], where[1]]
-            self.markers[query] = marker
+        shown = "none" if key is None else repr(key.decode("utf-8", "replace"))
+        marker = ProgressMarker.decode(value, where=f"{where[2]} (key {shown})")
+        newest = self.markers.get(marker.query_id)
+        if newest is None or marker.batch_id >= newest.batch_id:
+            self.markers[marker.query_id] = marker.at(where[0], where[1])
 
     def _add_run(self, key: str, value: bytes | None) -> None:
         query, _, run = key.rpartition(RUN_SUFFIX)

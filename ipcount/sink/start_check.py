@@ -47,7 +47,7 @@ def check_sink_history(
     other = other_query_output(markers, query_id, topic, [settings.topics.source])
     if own is not None and mode.new_query:
         raise ConfigError(
-            f"--new-query: the checkpoint {checkpoint} already wrote batch {own['batchId']} "
+            f"--new-query: the checkpoint {checkpoint} already wrote batch {own.batch_id} "
             f"to {topic!r}; it is not a new query. Run without --new-query"
         )
     if own is None and other is not None:
@@ -58,7 +58,7 @@ def check_sink_history(
             "--new-query: query %s starts on %s where query %s's output ends: %s",
             query_id,
             topic,
-            other.get("queryId"),
+            other.query_id,
             start,
         )
         settings = settings.replace("job", starting_offsets=start)

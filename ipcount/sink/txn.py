@@ -3,15 +3,13 @@ records and a progress marker, idempotent replay, and the process-wide session p
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ipcount.checkpoint.offset_log import OffsetLog
 from ipcount.checkpoint.receipts import Receipt, ReceiptLog
@@ -20,7 +18,8 @@ from ipcount.faults import fault_point
 from ipcount.kafka.client import check_transaction_timeout, with_client_logging
 from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
-from ipcount.sink.history import POSITION_KEY, check_checkpoint, check_replay, read_markers
+from ipcount.sink.history import check_checkpoint, check_replay, read_markers
+from ipcount.sink.marker import JsonValue, ProgressMarker
 from ipcount.sink.txn_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
 
@@ -43,7 +42,7 @@ class TxnSession(TxnCalls):
         # The run id in the newest progress marker (who committed last_committed).
         self.last_run_id: str = ""
         # The newest progress marker of this query (None: it has committed nothing).
-        self.last_marker: dict[str, Any] | None = None
+        self.last_marker: ProgressMarker | None = None
 
     def start(self) -> None:
         """Create the producer, fence predecessors, and load the last committed batchId.
@@ -139,37 +138,21 @@ class TxnSession(TxnCalls):
         )
 
     def _commit_once(self, batch_id: int, records: list[Record]) -> CommitOutcome:
+        """Commit one batch, or skip it: empty, or a replay of the last committed one."""
         started = time.monotonic()
         if not self.started:
             # Even for an empty batch: init_transactions aborts what a crashed predecessor left
             # open, which would otherwise hold back read_committed readers (and other queries'
             # progress reads on the shared progress topic) until the broker times it out.
             self.start()
-        it = iter(records)
-        first = next(it, None)
-        if first is None:
+        if not records:
             # No transaction and no marker: the marker only has to cover batches with output, and
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)
             return CommitOutcome("empty", batch_id, 0, time.monotonic() - started)
         source_end, watermark_ms = self._source_end(batch_id)
         if self.last_committed is not None and batch_id <= self.last_committed:
-            # With a checkpoint to compare with (every Spark job), only the very batch that was
-            # committed, over the same offsets, may be skipped.
-            if self.config.checkpoint:
-                check_replay(
-                    batch_id,
-                    source_end,
-                    self.last_marker,
-                    self.config.checkpoint,
-                    self.config.topic,
-                )
-            logger.info(
-                "batch %d already committed (last committed %d): skipping the replay",
-                batch_id,
-                self.last_committed,
-            )
-            self._receipt(batch_id, int((self.last_marker or {}).get("records", 0)), source_end)
+            self._skip_replay(batch_id, source_end)
             return CommitOutcome("replay", batch_id, 0, time.monotonic() - started)
         # The batch before this one must still be on the broker: never write over a lost commit.
         cfg = self.config
@@ -181,73 +164,104 @@ class TxnSession(TxnCalls):
             batch_id,
             cfg.retry_deadline_seconds,
         )
+        marker = self._write_transaction(batch_id, records, source_end, watermark_ms)
+        self._call(
+            "commit_transaction",
+            lambda t: self._producer.commit_transaction(t),
+            batch_id=batch_id,
+        )
+        self._in_transaction = False
+        self._committed(marker)
+        seconds = time.monotonic() - started
+        logger.info(
+            "batch %d committed: %d records (+%d corrections) in %.3fs",
+            batch_id,
+            marker.records,
+            marker.late_records or 0,
+            seconds,
+        )
+        return CommitOutcome(
+            "committed", batch_id, marker.records + (marker.late_records or 0), seconds
+        )
+
+    def _skip_replay(self, batch_id: int, source_end: JsonValue) -> None:
+        """A batch at or below the last committed one writes nothing: with a checkpoint to
+        compare with (every Spark job), only the very batch that was committed, over the same
+        offsets, may be skipped (else SinkHistoryError)."""
+        if self.config.checkpoint:
+            check_replay(
+                batch_id, source_end, self.last_marker, self.config.checkpoint, self.config.topic
+            )
+        logger.info(
+            "batch %d already committed (last committed %s): skipping the replay",
+            batch_id,
+            self.last_committed,
+        )
+        committed = 0 if self.last_marker is None else self.last_marker.records
+        self._receipt(batch_id, committed, source_end)
+
+    def _write_transaction(
+        self,
+        batch_id: int,
+        records: list[Record],
+        source_end: JsonValue,
+        watermark_ms: int | None,
+    ) -> ProgressMarker:
+        """Begin a transaction and write the batch's records and its progress marker into it,
+        flushed (not committed). Returns the marker, with its position when it was delivered."""
+        cfg = self.config
         producer = self._producer
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
         try:
-            count, late = self._produce_all(producer, itertools.chain((first,), it))
-            marker = {
-                "queryId": self.config.query_id,
-                "batchId": batch_id,
-                "runId": self.config.run_id,
-                "records": count,
-                "lateRecords": late,
-                "topic": self.config.topic,
-                "sourceEnd": source_end,
-                "transactionalId": self.config.transactional_id,
-                "committedAtMs": int(time.time() * 1000),
-            }
-            if watermark_ms is not None:
+            count, late = self._produce_all(producer, records)
+            marker = ProgressMarker(
+                query_id=cfg.query_id,
+                batch_id=batch_id,
+                run_id=cfg.run_id,
+                records=count,
+                late_records=late,
+                topic=cfg.topic,
+                source_end=source_end,
+                transactional_id=cfg.transactional_id,
+                committed_at_ms=int(time.time() * 1000),
                 # This batch's watermark: every window ending at or before it is emitted by now,
                 # so `ipcount verify` tells windows still open from lost ones.
-                marker["watermarkMs"] = watermark_ms
+                watermark_ms=watermark_ms,
+            )
             position: list[int] = []
 
-            def _where(err: Any, msg: Any) -> None:
+            def _where(err: KafkaError | None, msg: Message) -> None:
                 if err is None:
-                    position.extend([msg.partition(), msg.offset()])
+                    position.extend([msg.partition() or 0, msg.offset() or 0])
 
-            produce(
-                producer,
-                self.config.progress_topic,
-                json.dumps(marker, separators=(",", ":")).encode(),
-                self.config.query_id.encode(),
-                on_delivery=_where,
-            )
+            produce(producer, cfg.progress_topic, marker.encode(), marker.key, on_delivery=_where)
             # commit_transaction flushes anyway; flushing first means that at sink.before_commit
             # the batch sits on the broker inside the open transaction (what a crash leaves).
-            producer.flush(self.config.retry_deadline_seconds)
-            if self.config.fault_points:
+            producer.flush(cfg.retry_deadline_seconds)
+            if cfg.fault_points:
                 fault_point("sink.before_commit", batch_id)
         except KafkaException as exc:
             self._fail_in_transaction(batch_id, "producing", exc)
         except BaseException:
             self._abort_quietly(batch_id)
             raise
-        self._call(
-            "commit_transaction", lambda t: producer.commit_transaction(t), batch_id=batch_id
-        )
-        self._in_transaction = False
+        return marker.at(position[0], position[1]) if position else marker
+
+    def _committed(self, marker: ProgressMarker) -> None:
+        """After the broker acknowledged the commit: remember the marker (for the next batch's
+        continuity check) and write the checkpoint's receipt."""
+        batch_id = marker.batch_id
         self.last_committed = batch_id
-        if position:
-            marker[POSITION_KEY] = position
-        else:  # no delivery report: the next batch cannot check that this one is still there
+        if marker.position is None:
+            # No delivery report: the next batch cannot check that this one is still there.
             logger.warning("batch %d: no delivery report for its progress marker", batch_id)
         self.last_marker = marker
-        self._receipt(batch_id, count + late, source_end)
+        self._receipt(batch_id, marker.records + (marker.late_records or 0), marker.source_end)
         if self.config.fault_points:
             fault_point("sink.after_commit", batch_id)
-        seconds = time.monotonic() - started
-        logger.info(
-            "batch %d committed: %d records (+%d corrections) in %.3fs",
-            batch_id,
-            count,
-            late,
-            seconds,
-        )
-        return CommitOutcome("committed", batch_id, count + late, seconds)
 
-    def _source_end(self, batch_id: int) -> tuple[Any, int | None]:
+    def _source_end(self, batch_id: int) -> tuple[JsonValue, int | None]:
         """This batch's source end offset and watermark (batchWatermarkMs) from the checkpoint's
         offset log (None: unknown)."""
         if not self.config.checkpoint:
@@ -265,7 +279,7 @@ class TxnSession(TxnCalls):
             int(mark) if isinstance(mark, int) else None
         )
 
-    def _receipt(self, batch_id: int, records: int, source_end: Any) -> None:
+    def _receipt(self, batch_id: int, records: int, source_end: JsonValue) -> None:
         """Record in the checkpoint that the broker acknowledged this batch's commit."""
         if not self.config.checkpoint:
             return
@@ -281,8 +295,8 @@ class TxnSession(TxnCalls):
         topic = self.config.topic
         count = other = 0
         for record in records:
-            headers = record[2] if len(record) > 2 else None  # type: ignore[misc]
-            target = record[3] if len(record) > 3 else topic  # type: ignore[misc]
+            headers = record[2] if len(record) > 2 else None
+            target = record[3] if len(record) > 3 else topic
             produce(producer, target, record[1], record[0], headers)
             if target == topic:
                 count += 1
@@ -317,7 +331,7 @@ class TxnSession(TxnCalls):
         self.last_marker = markers.get(cfg.query_id)
         if self.last_marker is None:
             return None, ""
-        return int(self.last_marker["batchId"]), str(self.last_marker.get("runId", ""))
+        return self.last_marker.batch_id, self.last_marker.run_id
 
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and

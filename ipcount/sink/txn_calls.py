@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -122,7 +122,7 @@ class TxnCalls:
             err,
         )
 
-    def _fail_in_transaction(self, batch_id: int | None, op: str, exc: KafkaException) -> None:
+    def _fail_in_transaction(self, batch_id: int | None, op: str, exc: KafkaException) -> NoReturn:
         """Abort the open transaction and raise TransactionAbortedError (or FatalKafkaError)."""
         err = exc.args[0] if exc.args else exc
         if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES):

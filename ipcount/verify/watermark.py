@@ -9,12 +9,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.sink.history import read_markers
+from ipcount.sink.marker import ProgressMarker
 
 __all__ = ["SinkWatermark", "checkpoint_watermark", "marker_watermark", "sink_watermark"]
 
@@ -37,25 +37,23 @@ class SinkWatermark:
         return f"{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} ({self.source})"
 
 
-def marker_watermark(markers: Mapping[str, Mapping[str, Any]], topic: str) -> SinkWatermark | None:
+def marker_watermark(markers: Mapping[str, ProgressMarker], topic: str) -> SinkWatermark | None:
     """The highest watermark among the newest progress markers of the queries that wrote `topic`
-    (None: no marker of it records one; markers of older ipcount versions have no "watermarkMs").
+    (None: no marker of it records one; markers of older ipcount versions have no watermark).
     Each marker is committed in the same transaction as its batch's results, so every window
     ending at or before its watermark is in the sink (or in a correction)."""
     best: SinkWatermark | None = None
     for qid, marker in markers.items():
-        mark = marker.get("watermarkMs")
-        if marker.get("topic") != topic or not isinstance(mark, int):
+        mark = marker.watermark_ms
+        if marker.topic != topic or mark is None:
             continue
         if best is None or mark > best.ms:
-            best = SinkWatermark(
-                mark, f"progress marker of query {qid} batch {marker.get('batchId')}"
-            )
+            best = SinkWatermark(mark, f"progress marker of query {qid} batch {marker.batch_id}")
     return best
 
 
 def checkpoint_watermark(
-    checkpoint: str, markers: Mapping[str, Mapping[str, Any]], topic: str
+    checkpoint: str, markers: Mapping[str, ProgressMarker], topic: str
 ) -> SinkWatermark | None:
     """The watermark of the newest batch in a local checkpoint's commit log, when that checkpoint
     is the one of a query that wrote `topic` (its metadata id names a marker's query); else
@@ -65,7 +63,8 @@ def checkpoint_watermark(
         return None
     try:
         qid = str(json.loads(Path(path, "metadata").read_text(encoding="utf-8"))["id"])
-        if markers.get(qid, {}).get("topic") != topic:
+        marker = markers.get(qid)
+        if marker is None or marker.topic != topic:
             return None
         log = OffsetLog(checkpoint)
         done = log.committed_ids()

@@ -5,7 +5,6 @@ And the check stops no healthy job."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import uuid
 
@@ -16,7 +15,7 @@ from ipcount.errors import SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
-from ipcount.sink.history import POSITION_KEY
+from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.txn import TxnSession
 from ipcount.sink.txn_config import TxnConfig, default_transactional_id
 
@@ -45,7 +44,7 @@ def _session(settings, qid: str) -> TxnSession:  # type: ignore[no-untyped-def]
     )
 
 
-def _open_transaction(settings, body: dict[str, object], key: str) -> tuple[Producer, list[int]]:  # type: ignore[no-untyped-def]
+def _open_transaction(settings, marker: ProgressMarker) -> tuple[Producer, list[int]]:  # type: ignore[no-untyped-def]
     """Another producer's transaction holding one record in the progress topic, left open."""
     other = Producer(
         {
@@ -58,8 +57,8 @@ def _open_transaction(settings, body: dict[str, object], key: str) -> tuple[Prod
     where: list[int] = []
     other.produce(
         settings.topics.progress,
-        json.dumps(body).encode(),
-        key.encode(),
+        marker.encode(),
+        marker.key,
         on_delivery=lambda err, msg: where.extend([msg.partition(), msg.offset()]),
     )
     other.flush(20)
@@ -80,11 +79,11 @@ def test_a_commit_that_became_an_abort_is_found(make_settings) -> None:  # type:
     qid = f"q-{uuid.uuid4().hex[:8]}"
     session = _session(settings, qid)
     assert session.commit_batch(0, _batch(0)).status == "committed"
-    body = {"queryId": qid, "batchId": 1, "records": 5, "topic": settings.topics.sink}
-    other, where = _open_transaction(settings, body, qid)
+    marker = ProgressMarker(qid, 1, records=5, topic=settings.topics.sink)
+    other, where = _open_transaction(settings, marker)
     other.abort_transaction(20)
     session.last_committed = 1
-    session.last_marker = {**body, POSITION_KEY: where}
+    session.last_marker = marker.at(where[0], where[1])
 
     with pytest.raises(SinkHistoryError) as refused:
         session.commit_batch(2, _batch(2))
@@ -101,7 +100,7 @@ def test_an_open_transaction_of_another_producer_does_not_stop_the_job(make_sett
     ensure_topics(settings)
     session = _session(settings, f"q-{uuid.uuid4().hex[:8]}")
     assert session.commit_batch(0, _batch(0)).status == "committed"
-    zombie, _ = _open_transaction(settings, {"queryId": "zombie", "batchId": 0}, "zombie")
+    zombie, _ = _open_transaction(settings, ProgressMarker("zombie", 0))
     assert session.commit_batch(1, _batch(1)).status == "committed"  # its marker after the zombie's
     assert session.commit_batch(2, _batch(2)).status == "committed"
     zombie.abort_transaction(20)

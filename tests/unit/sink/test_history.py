@@ -15,20 +15,21 @@ from ipcount.sink.history import (
     other_query_output,
     starting_offsets_after,
 )
+from ipcount.sink.marker import JsonValue, ProgressMarker
 
 
-def _end(n: int) -> dict:
+def _end(n: int) -> dict[str, JsonValue]:
     return {"offsets": {"src": {"0": n, "1": n}}}
 
 
-def _marker(batch: int, n: int, query: str = "q1", topic: str = "sink") -> dict:
-    return {
-        "queryId": query,
-        "batchId": batch,
-        "topic": topic,
-        "sourceEnd": _end(n),
-        "committedAtMs": 1_700_000_000_000 + batch,
-    }
+def _marker(batch: int, n: int, query: str = "q1", topic: str = "sink") -> ProgressMarker:
+    return ProgressMarker(
+        query_id=query,
+        batch_id=batch,
+        topic=topic,
+        source_end=_end(n),
+        committed_at_ms=1_700_000_000_000 + batch,
+    )
 
 
 def _checkpoint(root: Path, ends: list[int]) -> str:
@@ -78,7 +79,7 @@ def test_another_querys_output_on_the_same_sink_and_source() -> None:
     markers = {
         "q1": _marker(9, 90),
         "dlq": _marker(3, 90, query="dlq", topic="dead"),
-        "old": {"queryId": "old", "batchId": 1},  # an older ipcount's marker: not judged
+        "old": ProgressMarker("old", 1),  # an older ipcount's marker: not judged
     }
     assert other_query_output(markers, "q2", "sink", ["src"]) == markers["q1"]
     assert other_query_output(markers, "q1", "sink", ["src"]) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.runs import ProgressView, RunHistory
 
 
@@ -41,16 +42,16 @@ def test_earlier_announcements_then_the_history_then_their_tombstones() -> None:
 
 def test_the_newest_history_wins_and_markers_are_read_beside_it() -> None:
     q = "q1"
-    marker = {"queryId": q, "batchId": 4, "runId": "r2"}
+    marker = ProgressMarker(q, 4, run_id="r2")
     view = _read(
         [
             (RunHistory.key(q).encode(), RunHistory(q, ("r1",)).encode()),
-            (q.encode(), json.dumps(marker).encode()),
+            (marker.key, marker.encode()),
             (RunHistory.key(q).encode(), RunHistory(q, ("r1", "r2")).encode()),
         ]
     )
     assert view.runs[q] == ["r1", "r2"]
-    assert view.markers[q]["batchId"] == 4 and view.markers[q]["_position"] == [0, 1]
+    assert view.markers[q] == marker and view.markers[q].position == (0, 1)
 
 
 def test_a_history_round_trips_and_foreign_values_are_ignored() -> None:

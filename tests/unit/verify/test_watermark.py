@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ipcount.sink.marker import ProgressMarker
 from ipcount.verify.watermark import checkpoint_watermark, marker_watermark
 
 W = 5000
 
 
-def _marker(qid: str, batch: int, topic: str, wm: int | None = None) -> dict[str, object]:
-    m: dict[str, object] = {"queryId": qid, "batchId": batch, "topic": topic}
-    if wm is not None:
-        m["watermarkMs"] = wm
-    return m
+def _marker(qid: str, batch: int, topic: str, wm: int | None = None) -> ProgressMarker:
+    return ProgressMarker(qid, batch, topic=topic, watermark_ms=wm)
 
 
 def test_marker_watermark_is_the_newest_of_the_queries_that_wrote_the_sink() -> None:

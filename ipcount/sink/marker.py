@@ -1,0 +1,125 @@
+"""The progress marker (driver): what a sink transaction writes to topics.progress beside its
+batch's results, keyed by query id (compacted), and how a reader decodes it. JSON on the wire."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import TypeAlias, TypeVar
+
+from ipcount.errors import SinkError
+
+__all__ = ["JsonValue", "ProgressMarker"]
+
+# A value as json.loads returns it: the source's end offsets are kept as Spark's offset log has
+# them ({"offsets": {topic: {partition: offset}}, ...}, a list for several sources, or null).
+JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]
+
+# The wire keys in the order earlier versions wrote them: a marker encodes to the same bytes, so
+# existing topics and checkpoints keep working. Optional keys (None) are left out; `topic` and
+# `sourceEnd` are always written (null when unknown), as before.
+_OPTIONAL = ("lateRecords", "transactionalId", "adoptedFrom", "watermarkMs")
+
+_T = TypeVar("_T", str, int)
+
+
+@dataclass(frozen=True)
+class ProgressMarker:
+    """One committed batch of a query: what it wrote and what it consumed.
+
+    `source_end` is the source's end offset of the batch as Spark's offset log holds it (None:
+    unknown); `watermark_ms` the batch's watermark (every window ending at or before it is in
+    the sink); `adopted_from` the query whose output a `--new-query` start took over (its marker
+    of batch -1). `position` is where the marker was read or written, (partition, offset): known
+    in memory only, never part of the record.
+    """
+
+    query_id: str
+    batch_id: int
+    run_id: str = ""
+    records: int = 0
+    topic: str | None = None
+    source_end: JsonValue = None
+    committed_at_ms: int | None = None
+    late_records: int | None = None
+    transactional_id: str | None = None
+    adopted_from: str | None = None
+    watermark_ms: int | None = None
+    position: tuple[int, int] | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> bytes:
+        """The record's key: the query id (compaction keeps each query's newest marker)."""
+        return self.query_id.encode()
+
+    def at(self, partition: int, offset: int) -> ProgressMarker:
+        """This marker as found at `partition`/`offset` of the progress topic."""
+        return replace(self, position=(partition, offset))
+
+    def encode(self) -> bytes:
+        body: dict[str, JsonValue] = {
+            "queryId": self.query_id,
+            "batchId": self.batch_id,
+            "runId": self.run_id,
+            "records": self.records,
+            "lateRecords": self.late_records,
+            "topic": self.topic,
+            "sourceEnd": self.source_end,
+            "transactionalId": self.transactional_id,
+            "adoptedFrom": self.adopted_from,
+            "committedAtMs": self.committed_at_ms,
+            "watermarkMs": self.watermark_ms,
+        }
+        kept = {k: v for k, v in body.items() if v is not None or k not in _OPTIONAL}
+        return json.dumps(kept, separators=(",", ":")).encode()
+
+    @staticmethod
+    def decode(value: bytes | None, *, where: str) -> ProgressMarker:
+        """Decode one record's value; `where` (topic[partition]@offset and key) is named in the
+        error. Keys an older ipcount did not write decode as their defaults.
+
+        Raises:
+            SinkError: the record is not a progress marker (topics.progress must be ipcount's own).
+        """
+        try:
+            if value is None:
+                raise ValueError("no value (a tombstone)")
+            body = json.loads(value)
+            if not isinstance(body, dict):
+                raise ValueError(f"a JSON {type(body).__name__}, not an object")
+            return ProgressMarker(
+                query_id=_required(body, "queryId", str),
+                batch_id=_required(body, "batchId", int),
+                run_id=_typed(body, "runId", str) or "",
+                records=_typed(body, "records", int) or 0,
+                topic=_typed(body, "topic", str),
+                source_end=body.get("sourceEnd"),
+                committed_at_ms=_typed(body, "committedAtMs", int),
+                late_records=_typed(body, "lateRecords", int),
+                transactional_id=_typed(body, "transactionalId", str),
+                adopted_from=_typed(body, "adoptedFrom", str),
+                watermark_ms=_typed(body, "watermarkMs", int),
+            )
+        except ValueError as exc:
+            raise SinkError(
+                f"progress marker {where} is unreadable ({exc}); it was not written by "
+                "ipcount: topics.progress must be ipcount's own topic"
+            ) from exc
+
+
+def _typed(body: dict[str, JsonValue], key: str, kind: type[_T]) -> _T | None:
+    """body[key] when it is a `kind`; None when absent or null."""
+    value = body.get(key)
+    if value is None:
+        return None
+    # bool is an int to isinstance, never a batch id or a count.
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f'"{key}" is {value!r}, not a {kind.__name__}')
+    return value
+
+
+def _required(body: dict[str, JsonValue], key: str, kind: type[_T]) -> _T:
+    value = _typed(body, key, kind)
+    if value is None:
+        raise ValueError(f'no "{key}"')
+    return value

@@ -54,7 +54,8 @@ class BatchRules:
         ok = parsed.verdict == OK
         if self.future_after_ms is None:
             return np.zeros(len(parsed), dtype=bool)
-        return ok & (parsed.event_ms > self.future_after_ms)
+        future: np.ndarray = ok & (parsed.event_ms > self.future_after_ms)
+        return future
 
     def future_reason(self) -> str:
         return (

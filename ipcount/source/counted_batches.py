@@ -114,7 +114,7 @@ def counted_batches(checkpoint: str) -> dict[int, CountedBatch]:
     return out
 
 
-def keep_first_offsets(checkpoint: str, offsets: Mapping[TopicPartitionKey, int]) -> dict:
+def keep_first_offsets(checkpoint: str, offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
     """The counting query's first offsets: those kept by an earlier call (a restart before the
     first batch was done must start where that batch starts), else `offsets`, kept now.
     Returns the offset JSON."""

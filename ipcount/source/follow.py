@@ -58,7 +58,9 @@ class CountsFollower:
                 meta, offsets = log.entry(batch_id)
                 ends = SourceOffset.from_json(offsets[0]).offsets if offsets else {}
                 self._batches[batch_id] = (ends, int(meta.get("batchTimestampMs", 0)))
-        known: dict[int, tuple[dict[TopicPartitionKey, int] | None, dict, int]] = {}
+        known: dict[
+            int, tuple[Mapping[TopicPartitionKey, int] | None, Mapping[TopicPartitionKey, int], int]
+        ] = {}
         for batch_id, (ends, ts) in self._batches.items():
             known[batch_id] = (None, ends, ts)
         for batch_id, batch in counted_batches(self.checkpoint).items():
@@ -67,10 +69,10 @@ class CountsFollower:
         order = sorted(known)
         batches = []
         for batch_id in order:
-            begin, ends, ts = known[batch_id]
+            begin, batch_end, ts = known[batch_id]
             if begin is None and batch_id - 1 in known:
                 begin = known[batch_id - 1][1]
-            batches.append((begin, ends, ts))
+            batches.append((begin, batch_end, ts))
         self._check_known(start, end, batches)
         return follow_batches(start, end, [(e, t) for _, e, t in batches], MAX_FOLLOWED_BATCHES)
 
@@ -78,7 +80,9 @@ class CountsFollower:
         self,
         start: Mapping[TopicPartitionKey, int],
         end: Mapping[TopicPartitionKey, int],
-        batches: Sequence[tuple[Mapping[TopicPartitionKey, int] | None, Mapping, int]],
+        batches: Sequence[
+            tuple[Mapping[TopicPartitionKey, int] | None, Mapping[TopicPartitionKey, int], int]
+        ],
     ) -> None:
         """The first counting batch that read past `start` must have started at or before it:
         else the offsets in between were judged by batches neither Spark's offset log nor the

@@ -170,7 +170,12 @@ class KafkaOffsetReader:
     def _list_offsets(
         self, partitions: list[TopicPartitionKey], which: str, read_committed: bool | None
     ) -> dict[TopicPartitionKey, int]:
-        spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+        # confluent_kafka's OffsetSpec factories carry no annotations.
+        spec = (
+            OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+            if which == "earliest"
+            else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        )
         committed = self._options.read_committed if read_committed is None else read_committed
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(t, p): spec for t, p in partitions}
@@ -261,7 +266,10 @@ class KafkaOffsetReader:
         """Per partition, the offset of its record with the largest timestamp, where that record
         lies before `ends` (ListOffsets MAX_TIMESTAMP, Kafka 3.0+); brokers or partitions that do
         not answer are left out. The record still has to be read and trusted."""
-        request = {TopicPartition(t, p): OffsetSpec.max_timestamp() for (t, p) in ends}
+        request = {
+            TopicPartition(t, p): OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+            for (t, p) in ends
+        }
         if not request:
             return {}
         out: dict[TopicPartitionKey, int] = {}

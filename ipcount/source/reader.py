@@ -178,7 +178,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- driver ---------------------------------------------------------------------------
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         opts = self.options
         if opts.counts_checkpoint:
             # Dead letters start where the counting query's known batches start (follow).
@@ -224,7 +224,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._offsets.offsets(self._offsets.partitions(), "latest")
         logger.info("Trigger.AvailableNow: reading up to %s", self._target)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = SourceOffset.from_json(start)
         parts = self._offsets.partitions()
         latest = self._offsets.offsets(parts, "latest")
@@ -277,10 +277,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             logger.debug("no look at the tails for pacing: %s", exc)
             return None
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._report
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = SourceOffset.from_json(start), SourceOffset.from_json(end)
         for tp, pos in finish.offsets.items():
             if pos < begin.offsets.get(tp, 0):
@@ -315,7 +315,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 tasks = [KafkaInputPartition(None, hb.ts, late_before, batch_ms)]
         return tasks
 
-    def _batch_marks(self, end: dict) -> tuple[int | None, int | None, int | None]:
+    def _batch_marks(self, end: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
         """(the watermark this batch's late records are judged by, the batch's time, its id), all
         from the offset log (see checkpoint.offset_log), or None without option queryCheckpoint.
         A replayed batch reads the same entry, so it decides lateness and future the same."""
@@ -333,7 +333,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return marks.late_before_ms, marks.batch_timestamp_ms or None, marks.batch_id
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         # Offsets live in Spark's checkpoint; nothing is committed to Kafka. Clean-range markers
         # of batches Spark no longer keeps go.
         if self.options.clean_range_markers:

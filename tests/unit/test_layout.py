@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 400  # split a module when it takes on a second job
+MAX_FUNCTION_LINES = 100  # a function reads as a list of named steps: past ~60 lines, split
 
 # Lowest first. A module may import its own group and any group of a lower layer, never a higher
 # one; groups sharing a layer are peers and do not import each other (source and sink meet only
@@ -161,3 +162,14 @@ def test_every_module_declares_all() -> None:
         and "__all__" not in path.read_text(encoding="utf-8")
     ]
     assert not missing, "modules without __all__: " + ", ".join(missing)
+
+
+def test_no_function_runs_past_a_hundred_lines() -> None:
+    long = [
+        f"{MODULES[name].relative_to(ROOT)}::{node.name} ({node.end_lineno - node.lineno + 1})"
+        for name in sorted(MODULES)
+        for node in ast.walk(ast.parse(MODULES[name].read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, "functions over 100 lines (split them into named steps): " + ", ".join(long)

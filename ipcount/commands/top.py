@@ -41,9 +41,10 @@ printed within about a second, without waiting for the topics to go idle. Withou
 reads both topics to their ends (however long they are, as long as records keep coming), prints
 every window (corrections already added in) and exits; --last K prints only the newest K windows
 and holds no more than K in memory. With --follow it then keeps printing windows as they are
-committed; a correction that arrives for a window already printed prints an "update" block: what
-changed (+K late), the new total and the new ranking. A window that only late records reached has
-no final result; its block says so."""
+committed; corrections that arrive for windows already printed are gathered into one compact
+"corrections" block per refresh: one line per window with what changed (+K late) and its new total
+(--json gives the new ranking). A window that only late records reached has no final result; its
+block says so (with --follow, one older than a window already printed is a corrections line)."""
 
 
 def register(sub: SubParsers) -> None:
@@ -60,7 +61,7 @@ def register(sub: SubParsers) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="one JSON object per window block (update: true for a correction's block)",
+        help="one JSON object per window (update: true for a window printed before)",
     )
     p.add_argument(
         "--no-late",

@@ -1,5 +1,5 @@
-"""`ipcount top`'s output: one block per window (a header line, then one line per top IP), and an
-update block when a window already shown changes (late corrections). CLI side."""
+"""`ipcount top`'s output: one block per window (a header line, then one line per top IP), and per
+refresh one compact corrections block for earlier windows that late records changed. CLI side."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ipcount.dashboard.model import TopWindow, WindowBook
 
-__all__ = ["TopPrinter", "format_block", "count_forgotten"]
+__all__ = ["TopPrinter", "format_block", "format_corrections", "count_forgotten"]
 
 _IP_WIDTH = 15  # an IPv4 address; longer (IPv6) addresses widen the column of their block
 _COUNT_WIDTH = 5
@@ -66,6 +66,26 @@ def format_block(w: TopWindow, shown: TopWindow | None = None) -> list[str]:
     return lines
 
 
+def format_corrections(changed: list[tuple[TopWindow, TopWindow | None]]) -> list[str]:
+    """One block for the earlier windows late records changed: what changed in each, one line
+    per window (the ranking is not repeated; `--json` gives it)."""
+    late = sum(w.late - (shown.late if shown else 0) for w, shown in changed)
+    n = len(changed)
+    records, windows = "record" + "s" * (late != 1), "window" + "s" * (n != 1)
+    lines = [f"corrections  {late} late {records} for {n} earlier {windows}:"]
+    for w, shown in changed:
+        changes = [f"+{w.late - (shown.late if shown else 0)} late"]
+        other = (w.total - w.late) - ((shown.total - shown.late) if shown else 0)
+        if other:
+            changes.append(f"+{other} in more final results")
+        now = f"{w.total} requests from {w.ips} IPs"
+        was = f"(was {shown.total})" if shown else "(no final result: every record came late)"
+        length = (w.window_end - w.window_start) / 1000
+        span = f"{_utc(w.window_start).strftime('%H:%M:%SZ')} +{length:g}s"
+        lines.append(f"  {span}  {', '.join(changes)}: {now} {was}")
+    return lines
+
+
 class TopPrinter:
     """Turns a WindowBook's changes into output, each window once in window order, then an
     update whenever a shown window changes. Remembers only windows the book still holds."""
@@ -91,8 +111,19 @@ class TopPrinter:
         return out
 
     def lines(self, book: WindowBook) -> list[str]:
-        """Text lines for what changed since the last call."""
-        return [line for w, shown in self._changes(book) for line in format_block(w, shown)]
+        """Text lines for what changed since the last call: new windows as blocks, in window
+        order; then one corrections block for windows shown before that changed, and for
+        windows only late records reached that are older than one already shown."""
+        newest = max(self._shown, default=None)
+        blocks: list[str] = []
+        corrected: list[tuple[TopWindow, TopWindow | None]] = []
+        for w, shown in self._changes(book):
+            older = newest is not None and w.window_start < newest and not w.final
+            if shown is None and not older:
+                blocks += format_block(w)
+            else:
+                corrected.append((w, shown))
+        return blocks + (format_corrections(corrected) if corrected else [])
 
     def records(self, book: WindowBook) -> list[dict[str, Any]]:
         """JSON objects for what changed since the last call (`update`: shown before)."""

@@ -1,6 +1,6 @@
 """`ipcount top` and `ipcount dashboard` as a user runs them, against sink and late topics written
 by the sink's own transactional code: the same top-N from both, ties, late corrections, a window
-only late records reached, --follow's update blocks, and clear errors."""
+only late records reached, --follow's corrections block, and clear errors."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from ipcount.config import Settings
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig
+from ipcount.sink.producer_config import TxnConfig
+from ipcount.sink.transaction import TxnSession
 
 ROOT = Path(__file__).resolve().parents[3]
 CODEC = SingleObjectCodec()
@@ -260,7 +260,7 @@ def test_dashboard_follows_new_commits(written: Settings, dashboard: Dashboard) 
     assert windows[3]["top"] == [{"ip": "10.0.0.7", "count": 11, "late": 0, "share": 1.0}]
 
 
-def test_top_follow_prints_new_windows_and_marked_updates(written: Settings) -> None:
+def test_top_follow_prints_new_windows_then_one_corrections_block(written: Settings) -> None:
     cmd, env = cli_cmd(written, "top", "--n", "2", "--follow", "--idle-exit", "6")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
@@ -274,11 +274,10 @@ def test_top_follow_prints_new_windows_and_marked_updates(written: Settings) -> 
             proc.kill()
     assert proc.returncode == 0
     assert rest.splitlines() == [
-        "update 2023-11-14T22:13:25Z +5s  +5 late: 21 requests from 2 IPs (was 16)",
-        "22:13:25Z  10.0.0.1            12   57.1%  (+5 late)",
-        "22:13:25Z  10.0.0.4             9   42.9%",
         "window 2023-11-14T22:13:35Z +5s  11 requests from 1 IPs",
         "22:13:35Z  10.0.0.7            11  100.0%",
+        "corrections  5 late records for 1 earlier window:",
+        "  22:13:25Z +5s  +5 late: 21 requests from 2 IPs (was 16)",
     ]
 
 

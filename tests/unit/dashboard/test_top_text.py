@@ -43,17 +43,36 @@ def test_each_window_is_printed_once_and_in_window_order() -> None:
     assert printer.lines(book)[0].startswith("window 2023-11-14T22:13:30Z")
 
 
-def test_a_correction_prints_an_update_block_with_the_new_ranking() -> None:
+def test_corrections_are_one_compact_block_per_refresh() -> None:
+    # Late records a shipper retried correct windows already shown: one line per window in one
+    # block after the new windows, so the live windows stay readable.
     book = WindowBook()
     printer = TopPrinter(2)
-    book.add(_r(0, "10.0.0.1", 5), "final")
-    book.add(_r(0, "10.0.0.2", 4), "final")
+    for w in (0, 1):
+        book.add(_r(w, "10.0.0.1", 5), "final")
+        book.add(_r(w, "10.0.0.2", 4), "final")
     printer.lines(book)
     book.add(_r(0, "10.0.0.2", 3), "late")
+    book.add(_r(1, "10.0.0.1", 1), "late")
+    book.add(_r(2, "10.0.0.1", 7), "final")
     assert printer.lines(book) == [
-        "update 2023-11-14T22:13:20Z +5s  +3 late: 12 requests from 2 IPs (was 9)",
-        "22:13:20Z  10.0.0.2             7   58.3%  (+3 late)",
-        "22:13:20Z  10.0.0.1             5   41.7%",
+        "window 2023-11-14T22:13:30Z +5s  7 requests from 1 IPs",
+        "22:13:30Z  10.0.0.1             7  100.0%",
+        "corrections  4 late records for 2 earlier windows:",
+        "  22:13:20Z +5s  +3 late: 12 requests from 2 IPs (was 9)",
+        "  22:13:25Z +5s  +1 late: 10 requests from 2 IPs (was 9)",
+    ]
+
+
+def test_an_older_window_only_late_records_reached_joins_the_corrections() -> None:
+    book = WindowBook()
+    printer = TopPrinter(2)
+    book.add(_r(5, "10.0.0.1", 5), "final")
+    printer.lines(book)
+    book.add(_r(1, "10.0.0.9", 2), "late")
+    assert printer.lines(book) == [
+        "corrections  2 late records for 1 earlier window:",
+        "  22:13:25Z +5s  +2 late: 2 requests from 1 IPs (no final result: every record came late)",
     ]
 
 

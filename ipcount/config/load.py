@@ -73,28 +73,45 @@ def load_settings(
     chosen = (
         Path(path) if path is not None else (default_config_path() if use_default_path else None)
     )
-    source_path = "defaults"
     if chosen is not None:
-        source_path = str(chosen)
-        try:
-            data = tomllib.loads(chosen.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(
-                f"config file {chosen} does not exist (set --config or IPCOUNT_CONFIG)"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {chosen} is not valid TOML: {exc}") from None
-        for section, table in data.items():
-            if section not in SECTIONS:
-                raise ConfigError(
-                    f"unknown section [{section}] in {chosen}{_suggest(section, SECTIONS)}"
-                )
-            if not isinstance(table, dict):
-                raise ConfigError(f"[{section}] in {chosen} must be a table")
-            for key, value in table.items():
-                _put(raw, origin, section, key, value, f"{chosen} [{section}]", from_text=False)
+        _read_file(chosen, raw, origin)
+    _read_env(os.environ if env is None else env, raw, origin)
+    _read_overrides(overrides, raw, origin)
+    sections: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        sections[name] = _build(cls, name, raw[name], origin)
+    settings = Settings(**sections, source_path="defaults" if chosen is None else str(chosen))
+    validate(settings, origin)
+    return settings
 
-    environ = os.environ if env is None else env
+
+_Raw = dict[str, dict[str, Any]]
+_Origin = dict[tuple[str, ...], str]
+
+
+def _read_file(chosen: Path, raw: _Raw, origin: _Origin) -> None:
+    """The TOML file's settings, each remembered as coming from its section of the file."""
+    try:
+        data = tomllib.loads(chosen.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {chosen} does not exist (set --config or IPCOUNT_CONFIG)"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {chosen} is not valid TOML: {exc}") from None
+    for section, table in data.items():
+        if section not in SECTIONS:
+            raise ConfigError(
+                f"unknown section [{section}] in {chosen}{_suggest(section, SECTIONS)}"
+            )
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] in {chosen} must be a table")
+        for key, value in table.items():
+            _put(raw, origin, section, key, value, f"{chosen} [{section}]", from_text=False)
+
+
+def _read_env(environ: Mapping[str, str], raw: _Raw, origin: _Origin) -> None:
+    """IPCOUNT_<SECTION>_<KEY> overrides (not the IPCOUNT_* variables that are no settings)."""
     for name, value in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or name in _NOT_SETTINGS:
             continue
@@ -103,6 +120,9 @@ def load_settings(
         section, key = _parse_env_name(name)
         _put(raw, origin, section, key, value, f"env {name}", from_text=True)
 
+
+def _read_overrides(overrides: Iterable[str], raw: _Raw, origin: _Origin) -> None:
+    """--set section.key=value overrides; a passthrough table's keys keep their dots."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
@@ -114,25 +134,12 @@ def load_settings(
                 f"({', '.join(SECTIONS)}), e.g. job.window_seconds=10"
             )
         section, rest = parts[0], parts[1:]
+        where = f"override {dotted}"
         if section in PASSTHROUGH and rest[0] in PASSTHROUGH[section] and len(rest) > 1:
-            _put(
-                raw,
-                origin,
-                section,
-                rest[0],
-                {".".join(rest[1:]): value},
-                f"override {dotted}",
-                from_text=True,
-            )
+            table = {".".join(rest[1:]): value}
+            _put(raw, origin, section, rest[0], table, where, from_text=True)
         else:
-            _put(raw, origin, section, ".".join(rest), value, f"override {dotted}", from_text=True)
-
-    sections: dict[str, Any] = {}
-    for name, cls in SECTIONS.items():
-        sections[name] = _build(cls, name, raw[name], origin)
-    settings = Settings(**sections, source_path=source_path)
-    validate(settings, origin)
-    return settings
+            _put(raw, origin, section, ".".join(rest), value, where, from_text=True)
 
 
 def _parse_env_name(name: str) -> tuple[str, str]:

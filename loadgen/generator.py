@@ -225,6 +225,7 @@ class RecordGenerator:
         self.rng = np.random.default_rng(spec.seed)
         self.pool = IpPool(spec.ips, spec.skew, spec.ipv6_share, self.rng)
         self.clock = EventClock(start_ms, spec.event_rate)
+        self._start = start_ms
         self._jitter_ms = int(spec.jitter_seconds * 1000)
         first_window = window_start_ms(start_ms - self._jitter_ms, spec.window_ms)
         self.late_zone_end_ms = window_start_ms(first_window - LATE_OFFSET_MS, spec.window_ms)
@@ -298,13 +299,14 @@ class RecordGenerator:
 
     def _place_late(self, event: np.ndarray, base: np.ndarray, late: np.ndarray) -> np.ndarray:
         """Event times of the late records: in the zone an hour back, or up to
-        late_behind_seconds behind the event clock."""
+        late_behind_seconds behind the event clock, never before the first record (a shipper
+        retries records it saw, so none from before the traffic began)."""
         event, n = event.copy(), int(late.sum())
         if self.spec.late_behind_seconds is None:
             event[late] = self.late_zone_start_ms + self.rng.integers(0, LATE_SPAN_MS, n)
         else:
-            most = int(self.spec.late_behind_seconds * 1000)
-            event[late] = base[late] - self.rng.integers(1000, max(most, 1000) + 1, n)
+            most = np.minimum(int(self.spec.late_behind_seconds * 1000), base[late] - self._start)
+            event[late] = base[late] - (self.rng.random(n) * most).astype(np.int64)
         return event
 
     def _on_time_if_inside_delay(

@@ -148,6 +148,12 @@ class FaultProxy:
             for conn in list(self._conns):
                 conn.abort(rst=False)
             self._conns.clear()
+            # Connections still waiting (a blackhole, a connect in flight) end here, not with
+            # the loop ("Task was destroyed but it is pending").
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             asyncio.run_coroutine_threadsafe(close(), loop).result(timeout)

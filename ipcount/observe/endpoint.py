@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -92,6 +93,12 @@ class MetricsServer:
         self._server.server_close()
 
 
+# A ListOffsets call answers in milliseconds. One still in flight after this long (or two poll
+# intervals, if longer) means the brokers do not answer (a network partition, a hung broker):
+# the lag is unknown from then on, so /healthz cannot keep reporting the last lag it saw.
+_UNANSWERED_MIN_S = 5.0
+
+
 class LagPoller:
     """Every metrics.lag_poll_seconds: the source topic's stable end offsets (one ListOffsets call
     with read_committed, as the source reads) minus the counting query's position, per partition.
@@ -99,18 +106,27 @@ class LagPoller:
     The position is the end offset of the last finished micro-batch; before the first one, the
     last committed batch in the checkpoint's offset log; for a new query, where it starts
     (job.starting_offsets: earliest, or the log end at the first poll for latest).
+    A call that has not been answered within `patience` seconds makes the lag unknown, with the
+    reason "Kafka at ... has not answered for Ns" (a watch thread, as the call itself may wait
+    for its 30 s request timeout).
     """
 
     def __init__(self, settings: Settings, metrics: JobMetrics) -> None:
         self.settings = settings
         self.metrics = metrics
+        self.patience = max(_UNANSWERED_MIN_S, 2 * settings.metrics.lag_poll_seconds)
         self._stop = threading.Event()
         self._reader: Any = None
         self._start: dict[TopicPartition, int] | None = None
+        self._asked_at: float | None = None  # when the call in flight began
+        self._asked_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ipcount-lag", daemon=True)
+        self._watch = threading.Thread(target=self._watch_calls, name="ipcount-lag-watch")
+        self._watch.daemon = True
 
     def start(self) -> LagPoller:
         self._thread.start()
+        self._watch.start()
         return self
 
     def stop(self, timeout: float | None = None) -> None:
@@ -149,15 +165,41 @@ class LagPoller:
         interval = self.settings.metrics.lag_poll_seconds
         try:
             while not self._stop.is_set():
+                with self._asked_lock:
+                    self._asked_at = time.monotonic()
                 try:
-                    self.metrics.set_lag(self.poll_once())
+                    lag: dict[TopicPartition, int] | None = self.poll_once()
+                    error = ""
                 except Exception as exc:  # the job goes on; /healthz reports the unknown lag
                     logger.warning("source lag unknown: %s", exc)
-                    self.metrics.set_lag(None, str(exc).splitlines()[0] if str(exc) else repr(exc))
+                    lag, error = None, str(exc).splitlines()[0] if str(exc) else repr(exc)
+                with self._asked_lock:
+                    self._asked_at = None
+                    self.metrics.set_lag(lag, error)
                 self._stop.wait(interval)
         finally:
             # The consumer is this thread's: stop() may have given up waiting for it.
             self._close_reader()
+
+    def _watch_calls(self) -> None:
+        """While a call waits longer than `patience`, the lag is unknown: the brokers do not
+        answer."""
+        warned: float | None = None
+        while not self._stop.wait(min(1.0, self.patience / 4)):
+            with self._asked_lock:
+                asked = self._asked_at
+                waited = 0.0 if asked is None else time.monotonic() - asked
+                if asked is None or waited < self.patience:
+                    continue
+                where = self.settings.kafka.bootstrap_servers
+                why = (
+                    f"Kafka at {where} has not answered for {waited:.0f}s: check the brokers "
+                    "and the network to them (kafka.bootstrap_servers)"
+                )
+                self.metrics.set_lag(None, why)
+            if warned != asked:
+                warned = asked
+                logger.warning("source lag unknown: %s", why)
 
     def _offsets(self) -> Any:
         if self._reader is None:

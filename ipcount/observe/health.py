@@ -66,12 +66,21 @@ def judge_health(facts: HealthFacts, stall_seconds: float) -> Health:
         return Health(False, "stopped: the job was asked to stop")
     if not facts.running:
         why = facts.failure or "not running"
+        # A failure's own text may blame something else (an "unknown partition" from a lookup
+        # that had no metadata): say also what the lag poller found, when it found nothing.
+        unknown = (
+            f"; source lag unknown: {facts.lag_error}"
+            if facts.lag is None and facts.lag_error
+            else ""
+        )
         if facts.restarting_in is not None:
             return Health(
-                False, f"query failed: {why} (restarting in {max(0.0, facts.restarting_in):.0f}s)"
+                False,
+                f"query failed: {why} (restarting in {max(0.0, facts.restarting_in):.0f}s)"
+                + unknown,
             )
         if facts.failure:
-            return Health(False, f"query failed: {why}")
+            return Health(False, f"query failed: {why}{unknown}")
         return Health(False, "starting: the queries are not running yet")
     quiet = max(0.0, facts.now - facts.since)
     if facts.degraded and (quiet <= stall_seconds or facts.lag == 0):

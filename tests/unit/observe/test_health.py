@@ -61,3 +61,29 @@ def test_a_degraded_job_says_why_unless_a_stall_says_more() -> None:
     assert judge_health(stalled, stall_seconds=60.0).reason.startswith("stalled:")
     fine = HealthFacts(now=100.0, running=True, since=95.0, lag=10)
     assert judge_health(fine, stall_seconds=60.0).status == 200
+
+
+def test_a_failed_query_says_that_the_brokers_do_not_answer() -> None:
+    # The failure's own text may blame something else (a lookup's "unknown partition"): the
+    # lag poller's reason says what the network does.
+    why = "Kafka at 127.0.0.1:9092 has not answered for 9s"
+    facts = HealthFacts(
+        now=100,
+        running=False,
+        failure="BrokerError: unknown partition",
+        restarting_in=2.0,
+        lag=None,
+        lag_error=why,
+    )
+    health = judge_health(facts, STALL)
+    assert health.status == 503
+    assert health.reason == (
+        "query failed: BrokerError: unknown partition (restarting in 2s); source lag unknown: "
+        + why
+    )
+    no_restart = judge_health(
+        HealthFacts(now=100, running=False, failure="boom", lag=None, lag_error=why), STALL
+    )
+    assert no_restart.reason == f"query failed: boom; source lag unknown: {why}"
+    known = judge_health(HealthFacts(now=100, running=False, failure="boom", lag=3), STALL)
+    assert known.reason == "query failed: boom"

@@ -13,8 +13,8 @@ from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
+from ipcount.sink.transaction import TxnSession
 from ipcount.sink.writer import KafkaTxnCommitMessage
 
 __all__ = ["bench_one", "run_sink"]

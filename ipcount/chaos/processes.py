@@ -38,7 +38,7 @@ _FAULT_LINE = re.compile(r"fault injection: (?P<point>[a-z_.]+)@(?P<batch>-?\d+)
 _STOP_LINE = re.compile(
     r"fault injection: (?P<point>[a-z_.]+)@(?P<batch>-?\d+): SIGSTOP to pid (?P<pid>\d+)"
 )
-# Both of ipcount.sink.txn's messages for a writer that a newer job fenced say this.
+# Both of ipcount.sink.transaction's messages for a writer that a newer job fenced say this.
 _FENCED = "two jobs are using the same checkpoint"
 
 

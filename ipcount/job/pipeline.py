@@ -18,8 +18,8 @@ from ipcount.kafka.topics import missing_topics
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS
 from ipcount.sink.dead_letters import dead_letter_record_bytes
 from ipcount.sink.fencing import fence_predecessors
+from ipcount.sink.producer_config import default_transactional_id
 from ipcount.sink.start_check import check_sink_history
-from ipcount.sink.txn_config import default_transactional_id
 from ipcount.sink.writer import sink_options
 from ipcount.source.options import source_options
 from ipcount.source.pacing import tick_seconds

@@ -10,8 +10,8 @@ from confluent_kafka import KafkaException, Producer
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.sink.producer_config import TxnConfig
 from ipcount.sink.runs import read_progress
-from ipcount.sink.txn_config import TxnConfig
 
 __all__ = ["fence_predecessors", "superseded_by"]
 

@@ -16,8 +16,8 @@ from ipcount.sink.history import (
     refuse_new_query,
     starting_offsets_after,
 )
+from ipcount.sink.producer_config import new_run_id
 from ipcount.sink.runs import announce_run, read_progress
-from ipcount.sink.txn_config import new_run_id
 
 __all__ = ["check_sink_history"]
 

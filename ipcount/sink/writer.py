@@ -1,5 +1,5 @@
 """The `ipcount-kafka-txn` streaming sink: executors encode rows in write(); the driver's commit()
-writes the whole micro-batch in one Kafka transaction (ipcount.sink.txn) with a progress marker."""
+writes the whole micro-batch in one Kafka transaction (sink.transaction) with a progress marker."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from ipcount.config import Settings, SinkSettings
 from ipcount.errors import ConfigError, SchemaError
 from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_codec
 from ipcount.sink.dead_letters import DeadLetterLimits, bound_record, message_max_bytes
-from ipcount.sink.txn import abort_open_transaction, session_for
-from ipcount.sink.txn_config import Record, TxnConfig, default_transactional_id, new_run_id
+from ipcount.sink.producer_config import Record, TxnConfig, default_transactional_id, new_run_id
+from ipcount.sink.transaction import abort_open_transaction, session_for
 from ipcount.worker_gc import freeze_long_lived
 
 __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]

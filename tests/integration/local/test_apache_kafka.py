@@ -24,7 +24,7 @@ from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 from ipcount.local.kraft import KafkaBroker
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 
 ROOT = Path(__file__).resolve().parents[3]
 CODEC = SingleObjectCodec()
@@ -36,8 +36,8 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME") and not os.e
 # A process that commits batches with the sink's transactional code (as Spark's sink does).
 CHILD = r"""
 import json, sys
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig
+from ipcount.sink.transaction import TxnSession
+from ipcount.sink.producer_config import TxnConfig
 session = TxnSession(TxnConfig(**json.loads(sys.argv[1])))
 for batch_id, records in json.loads(sys.argv[2]):
     out = session.commit_batch(batch_id, [(bytes.fromhex(k), bytes.fromhex(v)) for k, v in records])

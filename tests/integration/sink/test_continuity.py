@@ -16,8 +16,8 @@ from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.marker import ProgressMarker
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
+from ipcount.sink.transaction import TxnSession
 
 pytestmark = pytest.mark.kafka
 

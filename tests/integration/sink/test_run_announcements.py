@@ -19,9 +19,9 @@ from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.fencing import superseded_by
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 from ipcount.sink.start_check import check_sink_history
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.transaction import TxnSession
 
 STARTS = 40
 

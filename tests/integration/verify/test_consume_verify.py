@@ -19,8 +19,8 @@ from ipcount.config import Settings
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.topics import ensure_topics
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig
+from ipcount.sink.producer_config import TxnConfig
+from ipcount.sink.transaction import TxnSession
 from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -22,7 +22,7 @@ from ipcount.observe.metrics import JobMetrics
 # What Spark's StreamingQueryException text holds for a failure in the sink's commit (trimmed).
 WRAPPED = (
     "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: ...\n"
-    '  File "/x/ipcount/sink/txn.py", line 200, in commit_batch\n'
+    '  File "/x/ipcount/sink/transaction.py", line 200, in commit_batch\n'
     "ipcount.errors.{name}: batch 7: ...\n\tat org.apache.spark.api.python..."
 )
 

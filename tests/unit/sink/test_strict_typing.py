@@ -31,9 +31,7 @@ STRICT_FLAGS = {
 
 def test_the_sink_and_the_source_are_configured_strict() -> None:
     mypy = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
-    strict = [
-        o for o in mypy.get("overrides", []) if STRICT_PACKAGES <= set(o.get("module", []))
-    ]
+    strict = [o for o in mypy.get("overrides", []) if STRICT_PACKAGES <= set(o.get("module", []))]
     assert strict, "pyproject.toml: no [[tool.mypy.overrides]] for ipcount.sink.* and .source.*"
     missing = {flag for flag in STRICT_FLAGS if strict[0].get(flag) is not True}
     assert not missing, f"strict flags not set for the sink and the source: {sorted(missing)}"

@@ -157,8 +157,8 @@ def test_sink_options_from_settings_round_trip() -> None:
     assert writer.config.fault_points and not KafkaTxnStreamWriter(dlq, RAW).config.fault_points
 
 
-def test_txn_config_repr_hides_secrets() -> None:
-    from ipcount.sink.txn_config import TxnConfig
+def test_producer_config_repr_hides_secrets() -> None:
+    from ipcount.sink.producer_config import TxnConfig
 
     conf = {
         "bootstrap.servers": "b:9093",

@@ -18,8 +18,8 @@ from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.history import announce_run
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig, default_transactional_id
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
+from ipcount.sink.transaction import TxnSession
 from ipcount.verify.compare import compare
 from ipcount.verify.ledger import Ledger
 
@@ -30,8 +30,8 @@ W = 5000
 # in its environment SIGKILLs it (its own process group) at a fault point.
 CHILD = r"""
 import json, sys
-from ipcount.sink.txn import TxnSession
-from ipcount.sink.txn_config import TxnConfig
+from ipcount.sink.transaction import TxnSession
+from ipcount.sink.producer_config import TxnConfig
 cfg = TxnConfig(**json.loads(sys.argv[1]))
 session = TxnSession(cfg)
 for batch_id, records in json.loads(sys.argv[2]):

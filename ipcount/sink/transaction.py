@@ -20,8 +20,8 @@ from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay, read_markers
 from ipcount.sink.marker import JsonValue, ProgressMarker
-from ipcount.sink.txn_calls import TxnCalls, is_fenced, produce
-from ipcount.sink.txn_config import CommitOutcome, Record, TxnConfig
+from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
+from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
 
 __all__ = ["TxnSession", "session_for", "abort_open_transaction"]
 

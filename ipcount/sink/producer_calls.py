@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ipcount.errors import FatalKafkaError, SinkError, TransactionAbortedError
 from ipcount.kafka.client import describe_kafka_error, transaction_timeout_error
-from ipcount.sink.txn_config import TxnConfig
+from ipcount.sink.producer_config import TxnConfig
 
 __all__ = ["TxnCalls", "is_fenced", "produce"]
 
@@ -38,7 +38,7 @@ _CONTENT_CODES = {
 class TxnCalls:
     """One transactional producer for `config.transactional_id` and whether a transaction is open;
     every transactional call goes through `_call`, which classifies its Kafka errors
-    (sink.txn.TxnSession builds the batch protocol on top)."""
+    (sink.transaction.TxnSession builds the batch protocol on top)."""
 
     def __init__(self, config: TxnConfig) -> None:
         self.config = config

@@ -92,28 +92,40 @@ class BrokerFaults:
         down = self.env.restart_broker(how)
         return self._after_broker_restart(job, kind, how, before, down)
 
-    def _restart_broker_in_commit(self, job: JobProcess, how: str) -> JobProcess | None:
-        """Stop the broker the moment a commit request leaves the sink: the writer froze itself
-        right before commit_transaction; it is resumed and the broker stopped at once."""
-        if job.armed != BROKER_COMMIT:
+    def _freeze_writer(
+        self, job: JobProcess, event: str
+    ) -> tuple[JobProcess, tuple[int, int] | None]:
+        """A job whose writer froze itself at the fault point it was armed with for `event`
+        (started anew, armed, if the running one is not); (job, (batch, pid of the frozen
+        writer)), or (job, None) when none froze in time (the job is then killed and a missed
+        fault recorded)."""
+        if job.armed != event:
             # The job running now was started for another fault, or its one freeze is used up:
             # a clean stop, then a job armed for this one.
             job.terminate()
-            job = self._start_job(BROKER_COMMIT)
+            job = self._start_job(event)
         while True:
-            job = self._ready(job, BROKER_COMMIT)
+            job = self._ready(job, event)
             deadline = time.monotonic() + self.options.start_timeout_seconds + 120
             while job.alive and job.stopped_writer() is None and time.monotonic() < deadline:
                 self._tick()
             if job.alive or job.stopped_writer() is not None:
                 break
-            job = self._unplanned_exit(job, BROKER_COMMIT)
+            job = self._unplanned_exit(job, event)
         frozen = job.stopped_writer()
         job.armed = None  # one freeze per job start (IPCOUNT_FAULTS_STATE)
         if frozen is None or not _wait_stopped(frozen[1], 30.0):
             # Never leave an armed job behind: it could freeze later with nobody to resume it.
             job.kill()
-            self._event(BROKER_COMMIT, None, "no commit froze in time: skipped", injected=False)
+            self._event(event, None, "no commit froze in time: skipped", injected=False)
+            return job, None
+        return job, frozen
+
+    def _restart_broker_in_commit(self, job: JobProcess, how: str) -> JobProcess | None:
+        """Stop the broker the moment a commit request leaves the sink: the writer froze itself
+        right before commit_transaction; it is resumed and the broker stopped at once."""
+        job, frozen = self._freeze_writer(job, BROKER_COMMIT)
+        if frozen is None:
             return None
         batch, pid = frozen
         self.env.pause_synth()  # the writer waits, frozen, inside its open transaction

@@ -14,6 +14,7 @@ from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
 from ipcount.local.kinds import configured_broker
+from ipcount.local.kraft_cluster import KafkaCluster
 
 __all__ = ["ChaosError", "ChaosEnv"]
 
@@ -39,6 +40,8 @@ class ChaosEnv:
         self.base, self.options, self.seed, self.rate = base, options, seed, rate
         self.run_dir, self.tag, self.on_note = run_dir, tag, on_note
         self.broker: LocalBroker | None = None
+        # The local cluster of a run with --broker-nodes 3 (then `broker` is None).
+        self.cluster: KafkaCluster | None = None
         self.own_broker = False
         self.synths: list[SynthProcess] = []
         self.synth_paused = False
@@ -75,6 +78,9 @@ class ChaosEnv:
             elif any(e in BROKER_EVENTS for e in events):
                 self.on_note(f"{bootstrap} is not the local [broker]: broker faults skipped")
                 events = [e for e in events if e not in BROKER_EVENTS]
+        elif self.options.cluster:
+            bootstrap = self._start_cluster()
+            events = [e for e in events if e not in BROKER_EVENTS]
         else:
             self.broker = configured_broker(self.base, self.run_dir / "broker", free_port())
             self.broker.start(timeout=self.base.broker.start_timeout_seconds)
@@ -91,6 +97,24 @@ class ChaosEnv:
             f"run dir {self.run_dir}"
         )
         return events
+
+    def _start_cluster(self) -> str:
+        """Start the run's local Apache Kafka cluster; its bootstrap list.
+
+        Raises:
+            ChaosError: broker.kind is not Apache Kafka.
+        """
+        if self.base.broker.kind != "kafka":
+            raise ChaosError(
+                f"--broker-nodes {self.options.broker_nodes} starts a local Apache Kafka cluster; "
+                f'broker.kind is {self.base.broker.kind!r}: set broker.kind = "kafka" (env '
+                "IPCOUNT_BROKER_KIND=kafka)"
+            )
+        self.cluster = KafkaCluster(self.run_dir / "cluster", self.options.broker_nodes)
+        # Three nodes start in about the time of one, but wait for each other's quorum.
+        self.cluster.start(timeout=2 * self.base.broker.start_timeout_seconds)
+        self.own_broker = True
+        return self.cluster.bootstrap
 
     # --- generators -----------------------------------------------------------------------
 
@@ -181,3 +205,7 @@ class ChaosEnv:
             synth.stop()
         if self.broker is not None and self.own_broker:
             self.broker.stop()
+        if self.cluster is not None:
+            for node in self.cluster.members():
+                node.resume()  # a node left hung by an interrupted fault would not stop
+            self.cluster.stop()

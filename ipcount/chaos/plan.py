@@ -19,6 +19,11 @@ __all__ = [
     "BROKER_EVENTS",
     "JOB_EXIT",
     "INJECTED",
+    "CLUSTER_KINDS",
+    "CLUSTER_MOMENTS",
+    "cluster_event",
+    "freeze_point",
+    "split_cluster_event",
     "ChaosOptions",
     "ChaosEvent",
     "ChaosReport",
@@ -43,6 +48,28 @@ BROKER_COMMIT = "broker-restart-commit"
 # A hung broker: SIGSTOP, then SIGCONT (connections stay open, nothing is answered).
 BROKER_HANG = "broker-hang"
 BROKER_EVENTS = (BROKER_RESTART, BROKER_COMMIT, BROKER_HANG)
+# Faults of a local cluster (`--broker-nodes 3`), each at a moment (see CLUSTER_MOMENTS); an event
+# is "<kind>@<moment>", e.g. "coordinator-kill@in-commit".
+LEADER_KILL = "leader-kill"  # SIGKILL of the leader of the sink's partition 0, then a restart
+COORDINATOR_KILL = "coordinator-kill"  # SIGKILL of the job's transaction coordinator
+CONTROLLER_KILL = "controller-kill"  # SIGKILL of the active KRaft controller
+LEADER_HANG = "leader-hang"  # SIGSTOP of the sink's leader for longer than the session timeout
+ROLLING_RESTART = "rolling-restart"  # every node in turn: SIGTERM, start, in sync again
+TWO_DOWN = "two-down"  # SIGKILL of two nodes: below min ISR and the controller quorum
+CLUSTER_KINDS = (
+    LEADER_KILL,
+    COORDINATOR_KILL,
+    CONTROLLER_KILL,
+    LEADER_HANG,
+    ROLLING_RESTART,
+    TWO_DOWN,
+)
+# When a cluster fault strikes: at a random moment while the job runs; while a commit request is
+# in flight (the writer froze right before commit_transaction and is resumed as the fault
+# starts); between the Kafka commit and Spark's commit log (the writer froze right after the
+# commit; the fault starts, then it is resumed).
+RANDOM, IN_COMMIT, AFTER_KAFKA_COMMIT = "random", "in-commit", "after-commit"
+CLUSTER_MOMENTS = (RANDOM, IN_COMMIT, AFTER_KAFKA_COMMIT)
 # The job ended on its own (not planned): it is restarted and reported.
 JOB_EXIT = "job-exit"
 # The job's self-check found a commit the broker acknowledged and lost: the round ends, reported.
@@ -60,6 +87,12 @@ class ChaosOptions:
     kills: int = 3
     broker_restarts: int = 1
     broker_hangs: int = 0
+    # Nodes of the local Apache Kafka cluster the run starts (1: one broker); from 3 on, the run
+    # adds `cluster_faults` faults of CLUSTER_KINDS in place of single-broker restarts and hangs.
+    broker_nodes: int = 1
+    cluster_faults: int = 6
+    # Seconds a killed node stays down (leader, coordinator and controller kills, two down).
+    node_downtime_seconds: float = 10.0
     # Seconds a hung broker stays stopped.
     broker_hang_seconds: float = 8.0
     seed: int | None = None
@@ -96,6 +129,23 @@ class ChaosOptions:
             raise ConfigError("--idle-timeout must be positive, --trigger-interval not negative")
         if self.fault_span < 1:
             raise ConfigError("--fault-span must be at least 1")
+        if self.broker_nodes not in (1, 3, 4, 5):
+            raise ConfigError(
+                "--broker-nodes is 1 (one broker) or 3 to 5 (a local Apache Kafka cluster with "
+                "three replicas and two in sync: the cluster faults need a quorum of three)"
+            )
+        if self.broker_nodes > 1 and self.use_configured_broker:
+            raise ConfigError(
+                "--broker-nodes starts a local cluster; it cannot be combined with "
+                "--use-configured-broker"
+            )
+        if self.cluster_faults < 0 or self.node_downtime_seconds < 0:
+            raise ConfigError("--cluster-faults and --node-downtime must be zero or positive")
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the run starts a local cluster (and plans cluster faults)."""
+        return self.broker_nodes > 1
 
     def effective_rate(self, events: int) -> float:
         """--rate, or records spread over the planned faults plus some traffic after the last."""
@@ -105,13 +155,58 @@ class ChaosOptions:
         return max(10.0, self.records / seconds)
 
 
+def cluster_event(kind: str, moment: str) -> str:
+    return f"{kind}@{moment}"
+
+
+def split_cluster_event(event: str) -> tuple[str, str] | None:
+    """(kind, moment) of a cluster event; None for any other event."""
+    kind, _, moment = event.partition("@")
+    return (kind, moment) if kind in CLUSTER_KINDS and moment in CLUSTER_MOMENTS else None
+
+
+def freeze_point(event: str | None) -> str | None:
+    """The fault point where a job started for `event` freezes its writer ("/stop"), if any: before
+    the commit for a broker restart in a commit and a cluster fault in one, after it for a cluster
+    fault between the Kafka commit and Spark's commit log."""
+    if event == BROKER_COMMIT:
+        return BEFORE_COMMIT
+    split = split_cluster_event(event or "")
+    if split is None or split[1] not in (IN_COMMIT, AFTER_KAFKA_COMMIT):
+        return None
+    return BEFORE_COMMIT if split[1] == IN_COMMIT else AFTER_COMMIT
+
+
+def plan_cluster_faults(count: int, rng: random.Random) -> list[str]:
+    """`count` cluster events: every kind once before any repeats (a shuffled round at a time),
+    their moments going round CLUSTER_MOMENTS from a random start, so six faults hold each kind
+    once and each moment twice."""
+    if count <= 0:
+        return []  # draws nothing: the plans of runs without a cluster stay as they were
+    kinds: list[str] = []
+    while len(kinds) < count:
+        round_ = list(CLUSTER_KINDS)
+        rng.shuffle(round_)
+        kinds += round_
+    first = rng.randrange(len(CLUSTER_MOMENTS))
+    return [
+        cluster_event(k, CLUSTER_MOMENTS[(first + i) % len(CLUSTER_MOMENTS)])
+        for i, k in enumerate(kinds[:count])
+    ]
+
+
 def plan_events(
-    kills: int, broker_restarts: int, rng: random.Random, broker_hangs: int = 0
+    kills: int,
+    broker_restarts: int,
+    rng: random.Random,
+    broker_hangs: int = 0,
+    cluster_faults: int = 0,
 ) -> list[str]:
     """The order of faults: `kills` job kills (at least one random SIGKILL, one
     sink.before_commit and one sink.after_commit when kills >= 3; otherwise before_commit first,
     then after_commit), `broker_restarts` broker restarts (every second one while a commit is in
-    flight: BROKER_COMMIT) and `broker_hangs` broker hangs.
+    flight: BROKER_COMMIT), `broker_hangs` broker hangs and `cluster_faults` cluster faults
+    (see plan_cluster_faults).
 
     An injected fault is armed when the job starts (IPCOUNT_FAULTS is read by the job), so a
     broker restart the job may survive is placed only before a random kill or at the end: the
@@ -121,7 +216,7 @@ def plan_events(
     kinds = base[: min(kills, 3)] + [rng.choice(base) for _ in range(max(0, kills - 3))]
     rng.shuffle(kinds)
     restarts = [BROKER_COMMIT if i % 2 else BROKER_RESTART for i in range(broker_restarts)]
-    broker = restarts + [BROKER_HANG] * broker_hangs
+    broker = restarts + [BROKER_HANG] * broker_hangs + plan_cluster_faults(cluster_faults, rng)
     for event in broker:
         slots = [i for i, k in enumerate(kinds) if k == KILL] + [len(kinds)]
         kinds.insert(rng.choice(slots), event)
@@ -142,6 +237,9 @@ class ChaosEvent:
     signal: str = ""
     # Seconds from the fault to the next batch in Spark's commit log (None: not seen).
     recovery_s: float | None = None
+    # Cluster faults: query restarts inside the job while it lasted, and whether the job died.
+    query_restarts: int = 0
+    job_died: bool = False
 
     def line(self) -> str:
         batch = "-" if self.batch is None else str(self.batch)
@@ -181,6 +279,11 @@ class ChaosReport:
         return sum(self.count(k) for k in (KILL, *INJECTED))
 
     @property
+    def cluster_faults(self) -> int:
+        """Cluster faults that happened."""
+        return sum(1 for e in self.events if split_cluster_event(e.kind) and e.injected)
+
+    @property
     def missed(self) -> int:
         """Planned faults that could not be injected."""
         return sum(1 for e in self.events if not e.injected)
@@ -214,14 +317,27 @@ class ChaosReport:
         """Recovery seconds of the faults that were injected and recovered from."""
         return sorted(e.recovery_s for e in self.events if e.recovery_s is not None)
 
+    def cluster_lines(self) -> list[str]:
+        """Per cluster fault kind: how many, how many the job rode through (no query restart,
+        no job restart), and recovery p50/max."""
+        lines = []
+        for kind in CLUSTER_KINDS:
+            got = [e for e in self.events if e.kind.partition("@")[0] == kind and e.injected]
+            if not got:
+                continue
+            rode = sum(1 for e in got if not e.query_restarts and not e.job_died)
+            queries = sum(1 for e in got if e.query_restarts and not e.job_died)
+            died = sum(1 for e in got if e.job_died)
+            times = [e.recovery_s for e in got if e.recovery_s is not None]
+            lines.append(
+                f"{kind:<17} n={len(got)} rode_through={rode} query_restarted={queries} "
+                f"job_restarted={died} {_figures(times)}"
+            )
+        return lines
+
     def recovery_figures(self) -> str:
         """'recovery_s_p50=X recovery_s_max=Y' (median and maximum; '-' without faults)."""
-        got = self.recoveries()
-        if not got:
-            return "recovery_s_p50=- recovery_s_max=-"
-        mid = len(got) // 2
-        p50 = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
-        return f"recovery_s_p50={p50:.1f} recovery_s_max={got[-1]:.1f}"
+        return _figures(self.recoveries())
 
     def summary(self) -> str:
         results = self.committed.results if self.committed is not None else 0
@@ -229,6 +345,7 @@ class ChaosReport:
             f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
             f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
             f"broker_restarts={self.count(BROKER_RESTART) + self.count(BROKER_COMMIT)} "
+            f"cluster_faults={self.cluster_faults} "
             f"(in_commit={self.count(BROKER_COMMIT)} sigterm={self.signals('SIGTERM')} "
             f"sigkill={self.signals('SIGKILL')}) broker_hangs={self.count(BROKER_HANG)} "
             f"unplanned_exits={self.count(JOB_EXIT)} "
@@ -238,3 +355,13 @@ class ChaosReport:
             f"results={results} duplicates_prevented={self.duplicates_prevented} "
             f"seconds={self.seconds:.0f} seed={self.seed} {self.recovery_figures()}"
         )
+
+
+def _figures(seconds: list[float]) -> str:
+    """'recovery_s_p50=X recovery_s_max=Y' (median and maximum; '-' without any)."""
+    got = sorted(seconds)
+    if not got:
+        return "recovery_s_p50=- recovery_s_max=-"
+    mid = len(got) // 2
+    p50 = got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+    return f"recovery_s_p50={p50:.1f} recovery_s_max={got[-1]:.1f}"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from ipcount.chaos.broker_faults import BrokerFaults
 from ipcount.chaos.check import confirm_faults, crash_evidence
+from ipcount.chaos.cluster_faults import ClusterFaults
 from ipcount.chaos.env import ChaosEnv, ChaosError
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
-    BROKER_COMMIT,
     BROKER_LOSS,
     INJECTED,
     JOB_EXIT,
@@ -27,7 +27,9 @@ from ipcount.chaos.plan import (
     ChaosEvent,
     ChaosOptions,
     ChaosReport,
+    freeze_point,
     plan_events,
+    split_cluster_event,
 )
 from ipcount.chaos.processes import (
     JobProcess,
@@ -59,7 +61,7 @@ class _BrokerLoss(ChaosError):
     """The job's self-check found a commit the broker acknowledged and then lost."""
 
 
-class ChaosRunner(BrokerFaults):
+class ChaosRunner(BrokerFaults, ClusterFaults):
     """One chaos run; `run()` returns its report. Prints nothing: faults go to `on_event`,
     progress notes to `on_note`."""
 
@@ -75,8 +77,13 @@ class ChaosRunner(BrokerFaults):
         seed = options.seed
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
+        cluster = options.cluster
         self.events = plan_events(
-            options.kills, options.broker_restarts, self.rng, options.broker_hangs
+            options.kills,
+            0 if cluster else options.broker_restarts,
+            self.rng,
+            0 if cluster else options.broker_hangs,
+            options.cluster_faults if cluster else 0,
         )
         self.tag = uuid.uuid4().hex[:8]
         self.run_dir = Path(options.work_dir).resolve() / f"run-{self.tag}"
@@ -108,14 +115,15 @@ class ChaosRunner(BrokerFaults):
         n = self.report.job_starts
         log = self.run_dir / f"job-{n}.log"
         state = ""
-        if next_event in INJECTED or next_event == BROKER_COMMIT:
+        freeze_at = freeze_point(next_event)
+        if next_event is not None and (next_event in INJECTED or freeze_at):
             last = last_committed_batch(self.checkpoint)
             # Past the batch a restart replays (last + 1): the fault hits a new batch, live.
             first = (last if last is not None else -1) + 2
             span = self.options.fault_span
-            if next_event == BROKER_COMMIT:
-                # The writer freezes itself before one commit of the range (once per job).
-                faults = fault_spec(BEFORE_COMMIT, first, span, "/stop")
+            if freeze_at:
+                # The writer freezes itself at one commit of the range (once per job).
+                faults = fault_spec(freeze_at, first, span, "/stop")
                 folder = self.run_dir / f"faults-{n}"
                 folder.mkdir(parents=True, exist_ok=True)
                 state = str(folder)
@@ -202,13 +210,21 @@ class ChaosRunner(BrokerFaults):
         injected: bool = True,
         signal: str = "",
         recovery_s: float | None = None,
+        *,
+        query_restarts: int = 0,
+        job_died: bool = False,
+        began: tuple[float, int | None] | None = None,
     ) -> None:
+        """Record a fault. Without `recovery_s`, the next batch in Spark's commit log after
+        `began` (monotonic time, last committed batch then; default: now) gives it."""
         ev = ChaosEvent(round(self._now(), 1), kind, batch, outcome, injected, signal)
+        ev.query_restarts, ev.job_died = query_restarts, job_died
         self.report.events.append(ev)
         if recovery_s is not None:
             ev.recovery_s = round(recovery_s, 1)
         elif injected:
-            self._recovering.append((ev, time.monotonic(), last_committed_batch(self.checkpoint)))
+            at, before = began or (time.monotonic(), last_committed_batch(self.checkpoint))
+            self._recovering.append((ev, at, before))
         logger.info("chaos event: %s", ev.line())
         self.on_event(ev)
 
@@ -304,6 +320,11 @@ class ChaosRunner(BrokerFaults):
                 self._await_fault(job, kind)
             elif kind == KILL:
                 self._random_kill(job)
+            elif split_cluster_event(kind):
+                survivor = self._cluster_fault(job, kind)
+                if survivor is not None:
+                    job = survivor  # it carried on through the cluster fault
+                    continue
             else:
                 survivor = self._restart_broker(job, kind)
                 if survivor is not None:

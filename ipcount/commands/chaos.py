@@ -70,6 +70,23 @@ def register(sub: SubParsers) -> None:
         "hung brokers: SIGSTOP for --broker-hang seconds, then SIGCONT (default 0)",
     )
     add("--broker-hang", "broker_hang_seconds", float, "seconds a hung broker stays stopped")
+    add(
+        "--broker-nodes",
+        "broker_nodes",
+        int,
+        "1 (default): one broker; 3 to 5: a local Apache Kafka cluster (three replicas, two in "
+        "sync) and cluster faults in place of broker restarts and hangs",
+    )
+    add(
+        "--cluster-faults",
+        "cluster_faults",
+        int,
+        "with --broker-nodes 3: cluster faults (default 6, each kind once): SIGKILL of the sink's "
+        "leader, of the transaction coordinator, of the active controller; a leader hung past "
+        "the session timeout; a rolling restart; two nodes down at once; each at a random "
+        "moment, in a commit, or between the Kafka commit and Spark's commit log",
+    )
+    add("--node-downtime", "node_downtime_seconds", float, "seconds a killed node stays down")
     add("--seed", "seed", int, "seed of fault plan and data (default: random)")
     add("--ips", "ips", int, "distinct client IPs (default 200)")
     add("--late-fraction", "late_fraction", float, "late records (default 0.002)")
@@ -122,6 +139,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"a read_uncommitted consumer sees {uncommitted.duplicates} duplicates (records of "
             f"aborted transactions): {uncommitted.summary()}"
         )
+    for line in report.cluster_lines():
+        _say(f"cluster fault {line}")
     _say(report.summary())
     if report.broker_loss:
         _say(report.broker_loss)

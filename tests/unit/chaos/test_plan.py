@@ -162,3 +162,58 @@ def test_a_detected_broker_loss_ends_with_its_figures_and_never_as_exact(tmp_pat
         == "recovery_s_p50=12.0 recovery_s_max=12.0 broker_loss=detected exact=false"
     )
     assert not report.ok
+
+
+def test_cluster_faults_hold_each_kind_and_each_moment() -> None:
+    from ipcount.chaos.plan import CLUSTER_KINDS, CLUSTER_MOMENTS, split_cluster_event
+
+    plan = plan_events(10, 0, random.Random(7), cluster_faults=6)
+    cluster = [split_cluster_event(e) for e in plan if split_cluster_event(e)]
+    assert sorted(k for k, _ in cluster) == sorted(CLUSTER_KINDS)
+    assert sorted(m for _, m in cluster) == sorted(CLUSTER_MOMENTS * 2)
+    # Placed like broker restarts, only before a random kill or at the end: the job that rides
+    # through a cluster fault never has to carry a kill it was not armed for.
+    for event, after in zip(plan, [*plan[1:], None], strict=True):
+        if split_cluster_event(event):
+            assert after in (KILL, None) or split_cluster_event(after or ""), plan
+    # Runs without a cluster keep the plan their seed always gave.
+    assert plan_events(5, 2, random.Random(3)) == plan_events(
+        5, 2, random.Random(3), cluster_faults=0
+    )
+
+
+def test_a_frozen_writer_waits_where_the_moment_says() -> None:
+    from ipcount.chaos.plan import freeze_point
+
+    assert freeze_point("coordinator-kill@in-commit") == BEFORE_COMMIT
+    assert freeze_point("two-down@after-commit") == AFTER_COMMIT
+    assert freeze_point("leader-kill@random") is None
+    assert freeze_point(BROKER_COMMIT) == BEFORE_COMMIT
+    assert freeze_point(KILL) is None and freeze_point(None) is None
+
+
+def test_cluster_options_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--broker-nodes"):
+        ChaosOptions(tmp_path, broker_nodes=2).validate()
+    with pytest.raises(ConfigError, match="--use-configured-broker"):
+        ChaosOptions(tmp_path, broker_nodes=3, use_configured_broker=True).validate()
+    ChaosOptions(tmp_path, broker_nodes=3).validate()
+
+
+def test_cluster_lines_say_per_kind_what_the_job_did(tmp_path: Path) -> None:
+    report = ChaosReport(1, tmp_path)
+    for restarts, died, rec in ((0, False, 2.0), (1, False, 14.0), (0, True, 40.0)):
+        ev = ChaosEvent(1.0, "leader-kill@random", 3, "x", recovery_s=rec)
+        ev.query_restarts, ev.job_died = restarts, died
+        report.events.append(ev)
+    (line,) = report.cluster_lines()
+    assert line.split() == [
+        "leader-kill",
+        "n=3",
+        "rode_through=1",
+        "query_restarted=1",
+        "job_restarted=1",
+        "recovery_s_p50=14.0",
+        "recovery_s_max=40.0",
+    ]
+    assert report.cluster_faults == 3 and "cluster_faults=3" in report.summary()

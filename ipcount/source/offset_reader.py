@@ -31,6 +31,12 @@ _TAIL_TIMEOUT_S = 10.0
 # gives up soon; the batch interval then decides.
 _PEEK_POLL_S = 0.005
 _PEEK_TIMEOUT_S = 0.5
+# Answers of a leader that moved since the client's metadata was fetched.
+_STALE_LEADER = {
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+}
 _RETRIABLE_METADATA = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -165,6 +171,12 @@ class KafkaOffsetReader:
                         f"{describe_kafka_error(exc)}"
                     ) from exc
                 logger.info("looking up %s offsets: %s; retrying", which, describe_kafka_error(exc))
+                if isinstance(err, KafkaError) and err.code() in _STALE_LEADER:
+                    # librdkafka's admin client keeps the leader epoch it last saw and sends it
+                    # again on a retry: measured against a leader that was killed and elected
+                    # again, FENCED_LEADER_EPOCH for as long as the lookup's 30 s deadline. A new
+                    # client starts from fresh metadata.
+                    self._admin = None
                 time.sleep(0.2)
 
     def _list_offsets(

@@ -147,3 +147,66 @@ def test_a_three_node_cluster_keeps_transactions_through_a_leader_kill(
         stopped = _cli("broker", "stop", env=env)
     assert stopped.returncode == 0 and "cluster stopped: 3 nodes" in stopped.stdout, stopped
     assert not any(pid is not None and pid_alive(pid) for pid in pids), pids
+
+
+def test_the_sources_offset_lookups_ride_through_a_leader_that_comes_back(
+    tmp_path: Path, broker_kind: str
+) -> None:
+    """The driver's latest-offset lookup (what plans every micro-batch) holds a leader and epoch
+    from its last metadata; the leader is killed, and after it restarts it is elected again (as
+    Kafka's preferred-leader rebalance does): the old leader now answers the stale epoch with
+    FENCED_LEADER_EPOCH. The lookup must refresh its metadata and answer, not fail the query."""
+    if broker_kind != "kafka":
+        pytest.skip("a local cluster is Apache Kafka only")
+    from confluent_kafka import ElectionType
+    from confluent_kafka.admin import NewTopic
+
+    from ipcount.source.offset_reader import KafkaOffsetReader
+    from ipcount.source.options import parse_options
+
+    cluster = KafkaCluster(tmp_path / "cluster", 3)
+    cluster.start(timeout=120)
+    try:
+        bootstrap, topic = cluster.bootstrap, f"src-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for _ in range(5):
+            producer.produce(topic, b"x", partition=0)
+        assert producer.flush(30) == 0
+        reader = KafkaOffsetReader(
+            parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+        )
+        try:
+            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
+            leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+            cluster.node(leader).kill()
+            deadline = time.monotonic() + 60
+            while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (
+                leader,
+                -1,
+            ):
+                assert time.monotonic() < deadline, "no new leader"
+                time.sleep(0.5)
+            cluster.node(leader).start(timeout=120)
+            tp = TopicPartition(topic, 0)
+            while True:
+                part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+                if len(part.isrs) == 3:
+                    break
+                assert time.monotonic() < deadline + 60, f"not back in sync: {part.isrs}"
+                time.sleep(0.5)
+            admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
+            while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader != leader:
+                assert time.monotonic() < deadline + 120, "the preferred leader was not elected"
+                time.sleep(0.5)
+            for _ in range(3):
+                producer.produce(topic, b"y", partition=0)
+            assert producer.flush(30) == 0
+            t0 = time.monotonic()
+            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 8}
+            print(f"latest offset looked up {time.monotonic() - t0:.1f}s after the leader's return")
+        finally:
+            reader.close()
+    finally:
+        cluster.stop()

@@ -31,6 +31,8 @@ _BROKER_NAMES = {
 }
 # How long the job may take to start Spark and commit its first (empty) micro-batch.
 _JOB_START_SECONDS = 300.0
+# The generator's late records: this share, up to this many seconds behind (a shipper's retries).
+_LATE_FRACTION, _LATE_BEHIND_SECONDS = 0.001, 60
 _OPEN = re.compile(r"\bopen=(\d+)\b")
 
 
@@ -94,119 +96,149 @@ def _open_windows(verify_out: str) -> int | None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    began = time.monotonic()
-    work = Path(args.dir).resolve()
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    broker = configured_broker(settings, work / "broker", free_port())
-    what = _BROKER_NAMES.get(broker.kind, broker.kind)
-    _say(f"starting {what} on {broker.bootstrap}, data in {broker.data_dir}")
-    broker.start(timeout=settings.broker.start_timeout_seconds)
-    ledger = work / "ledger.jsonl"
-    checkpoint = work / "checkpoint"
-    overrides = [
-        f"kafka.bootstrap_servers={broker.bootstrap}",
-        f"job.checkpoint_location={checkpoint}",
-    ]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "IPCOUNT_CONFIG": settings.source_path}
-    if settings.source_path == "defaults":
-        env.pop("IPCOUNT_CONFIG")
-    sets = [arg for o in overrides for arg in ("--set", o)]
-    procs: list[Child] = []
-    try:
-        demo_settings = settings.replace("kafka", bootstrap_servers=broker.bootstrap)
-        for name, state in ensure_topics(demo_settings).items():
-            _say(f"topic {name}: {state}")
-        ipcount = [sys.executable, "-m", "ipcount"]
-        _say(
-            f"starting the Spark job (log: {work / 'job.log'}); the traffic starts once it has "
-            "committed its first micro-batch"
-        )
-        launched = time.monotonic()
-        job = spawn([*ipcount, *sets, "run"], log=work / "job.log", name="the Spark job", env=env)
-        procs.append(job)
-        queries = [checkpoint]
-        if settings.job.dead_letter:
-            queries.append(Path(f"{checkpoint}-dead-letter"))
-        if not _wait_until_up(job, queries):
-            why = "stopped" if job.poll() is not None else f"not up in {_JOB_START_SECONDS:g}s"
-            _say(f"the Spark job {why}; see {work / 'job.log'}")
+    return _Demo(args, settings).run()
+
+
+class _Demo:
+    """One demo run, as named steps: broker, topics, job, live view, traffic, last windows,
+    check. Every child it starts is stopped at the end, and the broker unless --keep-broker."""
+
+    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+        self.args, self.settings = args, settings
+        self.began = time.monotonic()
+        self.work = Path(args.dir).resolve()
+        self.ledger = self.work / "ledger.jsonl"
+        self.checkpoint = self.work / "checkpoint"
+        job = settings.job
+        # How long after the traffic the job's idle heartbeats take to emit the last windows.
+        self.idle = job.idle_timeout_seconds + job.window_seconds + job.watermark_delay_seconds + 10
+        self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        self.env["IPCOUNT_CONFIG"] = settings.source_path
+        if settings.source_path == "defaults":
+            self.env.pop("IPCOUNT_CONFIG")
+        self.procs: list[Child] = []
+        self.ipcount = [sys.executable, "-m", "ipcount"]
+        self.sets: list[str] = []
+
+    def run(self) -> int:
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        self.work.mkdir(parents=True)
+        broker = configured_broker(self.settings, self.work / "broker", free_port())
+        what = _BROKER_NAMES.get(broker.kind, broker.kind)
+        _say(f"starting {what} on {broker.bootstrap}, data in {broker.data_dir}")
+        broker.start(timeout=self.settings.broker.start_timeout_seconds)
+        overrides = [
+            f"kafka.bootstrap_servers={broker.bootstrap}",
+            f"job.checkpoint_location={self.checkpoint}",
+        ]
+        self.sets = [arg for o in overrides for arg in ("--set", o)]
+        try:
+            demo_settings = self.settings.replace("kafka", bootstrap_servers=broker.bootstrap)
+            for name, state in ensure_topics(demo_settings).items():
+                _say(f"topic {name}: {state}")
+            return self._steps()
+        finally:
+            for child in self.procs:
+                child.stop(60)
+                child.reap()
+            if self.args.keep_broker:
+                _say(f"broker left running on {broker.bootstrap} (pid in {broker.state_file})")
+            else:
+                broker.stop()
+                _say("broker stopped")
+
+    def _steps(self) -> int:
+        job = self._start_job()
+        if job is None:
             return 1
-        up = time.monotonic() - launched
-        _say(f"the job is up after {up:.0f}s (first micro-batch committed)")
-        window = settings.job.window_seconds
-        idle = (
-            settings.job.idle_timeout_seconds + window + settings.job.watermark_delay_seconds + 10
-        )
-        _say(
-            f"the top {args.top} IPs of each window, as its read_committed results are committed "
-            "(ipcount top --follow; late corrections show as update blocks):"
-        )
-        consumer = spawn(
-            [
-                *ipcount,
-                *sets,
-                "top",
-                "--follow",
-                "--n",
-                str(args.top),
-                "--idle-exit",
-                f"{args.duration + idle + 60:g}",
-            ],
-            log=None,
-            name="the live view",
-            env=env,
-        )
-        procs.append(consumer)
-        _say(
-            f"generating {args.rate} records/s for {args.duration:g}s from {args.ips} IPs "
-            f"(log: {work / 'loadgen.log'}, ground truth: {ledger})"
-        )
-        synth = spawn(
-            [
-                sys.executable,
-                "-m",
-                "loadgen",
-                *sets,
-                "synth",
-                "--rate",
-                str(args.rate),
-                "--duration",
-                str(args.duration),
-                "--ips",
-                str(args.ips),
-                "--late-fraction",
-                "0.001",
-                "--malformed-fraction",
-                "0.002",
-                "--ledger",
-                str(ledger),
-            ],
-            log=work / "loadgen.log",
-            name="the generator",
-            env=env,
-        )
-        procs.append(synth)
-        if synth.wait() != 0:
-            _say(f"the generator failed (status {synth.returncode}); see {work / 'loadgen.log'}")
+        live = self._start_live_view()
+        if not self._generate():
             return 1
         _say(
             f"traffic done; waiting for the last windows "
-            f"(about {idle:.0f}s: idle timeout + window + delay)"
+            f"(about {self.idle:.0f}s: idle timeout + window + delay)"
         )
         verify = _verify_until_closed(
-            [*ipcount, *sets, "verify", "--ledger", str(ledger)], env, job, idle + 60
+            [*self.ipcount, *self.sets, "verify", "--ledger", str(self.ledger)],
+            self.env,
+            job,
+            self.idle + 60,
         )
         if job.poll() is not None:
-            _say(f"the job stopped unexpectedly (status {job.returncode}); see {work / 'job.log'}")
+            _say(f"the job stopped unexpectedly (status {job.returncode}); see {self._log('job')}")
             return 1
         # top shows a window a moment after its commit: time for the last ones.
-        if consumer.wait(timeout=4) is None:
-            consumer.send_signal(signal.SIGINT)
-            consumer.wait(timeout=30)
+        if live.wait(timeout=4) is None:
+            live.send_signal(signal.SIGINT)
+            live.wait(timeout=30)
         _say("stopping the job (SIGTERM: it finishes its current micro-batch)")
         job.stop(120)
+        return self._report(verify)
+
+    def _log(self, name: str) -> Path:
+        return self.work / f"{name}.log"
+
+    def _spawn(self, argv: list[str], log: Path | None, name: str) -> Child:
+        child = spawn(argv, log=log, name=name, env=self.env)
+        self.procs.append(child)
+        return child
+
+    def _start_job(self) -> Child | None:
+        """The Spark job, once it has committed its first micro-batch (None: it did not)."""
+        _say(
+            f"starting the Spark job (log: {self._log('job')}); the traffic starts once it has "
+            "committed its first micro-batch"
+        )
+        launched = time.monotonic()
+        job = self._spawn([*self.ipcount, *self.sets, "run"], self._log("job"), "the Spark job")
+        queries = [self.checkpoint]
+        if self.settings.job.dead_letter:
+            queries.append(Path(f"{self.checkpoint}-dead-letter"))
+        if not _wait_until_up(job, queries):
+            why = "stopped" if job.poll() is not None else f"not up in {_JOB_START_SECONDS:g}s"
+            _say(f"the Spark job {why}; see {self._log('job')}")
+            return None
+        _say(
+            f"the job is up after {time.monotonic() - launched:.0f}s (first micro-batch committed)"
+        )
+        return job
+
+    def _start_live_view(self) -> Child:
+        """`ipcount top --follow`, printing to the demo's own output."""
+        args = self.args
+        _say(
+            f"the top {args.top} IPs of each window, as its read_committed results are committed "
+            "(ipcount top --follow); late records, seconds to a minute behind as a shipper's "
+            "retries are, show as one corrections block per refresh:"
+        )
+        idle_exit = f"{args.duration + self.idle + 60:g}"
+        top = ["top", "--follow", "--n", str(args.top), "--idle-exit", idle_exit]
+        return self._spawn([*self.ipcount, *self.sets, *top], None, "the live view")
+
+    def _generate(self) -> bool:
+        """`loadgen synth` for --duration seconds; False when it failed."""
+        args = self.args
+        _say(
+            f"generating {args.rate} records/s for {args.duration:g}s from {args.ips} IPs "
+            f"(log: {self._log('loadgen')}, ground truth: {self.ledger})"
+        )
+        synth = [
+            *("synth", "--rate", str(args.rate), "--duration", str(args.duration)),
+            *("--ips", str(args.ips), "--late-fraction", str(_LATE_FRACTION)),
+            *("--late-behind-seconds", str(_LATE_BEHIND_SECONDS)),
+            *("--malformed-fraction", "0.002", "--ledger", str(self.ledger)),
+        ]
+        argv = [sys.executable, "-m", "loadgen", *self.sets, *synth]
+        generator = self._spawn(argv, self._log("loadgen"), "the generator")
+        if generator.wait() != 0:
+            status = generator.returncode
+            _say(f"the generator failed (status {status}); see {self._log('loadgen')}")
+            return False
+        return True
+
+    def _report(self, verify: subprocess.CompletedProcess[str] | None) -> int:
+        """The exactness check's verdict, and the demo's exit status."""
         _say("exactness check against the generator's ground truth:")
         if verify is None:
             _say("no verification ran")
@@ -217,16 +249,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             return verify.returncode
         left = _open_windows(verify.stdout)
         if left:
-            _say(f"the job had not emitted {left} (window, ip) results within {idle + 60:.0f}s")
+            _say(
+                f"the job had not emitted {left} (window, ip) results within {self.idle + 60:.0f}s"
+            )
             return 1
-        _say(f"done in {time.monotonic() - began:.0f}s")
+        _say(f"done in {time.monotonic() - self.began:.0f}s")
         return 0
-    finally:
-        for child in procs:
-            child.stop(60)
-            child.reap()
-        if args.keep_broker:
-            _say(f"broker left running on {broker.bootstrap} (pid in {broker.state_file})")
-        else:
-            broker.stop()
-            _say("broker stopped")

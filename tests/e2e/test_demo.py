@@ -1,6 +1,7 @@
 """`ipcount demo` as a user runs it, on the default broker (Apache Kafka): the first line names
 the broker, the live view prints `ipcount top` blocks (each window once, in window order) while
-the traffic flows, and the demo ends with an exact check that covers every window it showed."""
+the traffic flows, late records (seconds to a minute behind) show as a few compact corrections
+blocks, and the demo ends with an exact check that covers every window it showed."""
 
 from __future__ import annotations
 
@@ -14,9 +15,17 @@ from pathlib import Path
 from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
-# `window START +5s  N requests from M IPs...` or `update START +5s  +K late...: N requests...`
-HEADER = re.compile(r"^(window|update) (\S+) \+5s  (.*: )?(\d+) requests from (\d+) IPs")
+# `window START +5s  N requests from M IPs...`
+HEADER = re.compile(r"^(window) (\S+) \+5s  (.*: )?(\d+) requests from (\d+) IPs")
 ROW = re.compile(r"^(\d\d:\d\d:\d\dZ)  (\S+) +(\d+) +(\d+\.\d)%")
+# `corrections  K late records for W earlier windows:`, then `  HH:MM:SSZ +5s  +k late: ...`
+CORRECTIONS = re.compile(r"^corrections  (\d+) late records? for (\d+) earlier windows?:$")
+CORRECTED = re.compile(r"^  (\d\d:\d\d:\d\dZ) \+5s  \+(\d+) late")
+
+
+def _seconds_of_day(hms: str) -> int:
+    hours, minutes, seconds = (int(x) for x in hms.rstrip("Z").split(":"))
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def _iso(ms: int) -> str:
@@ -60,18 +69,25 @@ def test_demo_shows_windows_while_traffic_flows_then_an_exact_verify(tmp_path: P
     for _, start, rows in blocks:
         assert 1 <= len(rows) <= 3
         assert all(row.startswith(start[11:19] + "Z") for row in rows)
-    # Each window once, in window order. A window only late records reached (the generator's
-    # late records are old) says so and appears when its first correction is committed.
-    starts = [
-        start
-        for head, start, _ in blocks
-        if head.startswith("window") and "no final result" not in head
-    ]
+    # Each window once, in window order; corrections never interleave update blocks with them.
+    starts = [start for _, start, _ in blocks]
     assert starts == sorted(set(starts))
-    # Every window the traffic filled is shown (the generator's late records are an hour old).
+    assert not [ln for ln in lines if ln.startswith("update ")]
+    # Every window the traffic filled is shown.
     ledger = Ledger.load_all([str(work / "ledger.jsonl")])
-    traffic = {_iso(start) for start, _ in ledger.counts} - {_iso(s) for s, _ in ledger.late_counts}
+    traffic = {_iso(start) for start, _ in ledger.counts}
     assert traffic <= set(starts), sorted(traffic - set(starts))
+    # Late records are a shipper's retries, seconds to a minute behind: their corrections are
+    # few compact blocks for windows of the last minute, not windows an hour old.
+    heads = [CORRECTIONS.match(ln) for ln in lines if ln.startswith("corrections")]
+    assert all(heads) and len(heads) <= len(starts), heads
+    corrected = [m.group(1) for m in map(CORRECTED.match, lines) if m]
+    assert sum(int(h.group(2)) for h in heads if h) == len(corrected)
+    first = min(start for start, _ in ledger.counts)  # the traffic's first window
+    assert min(starts) >= _iso(first - 70_000), (min(starts), _iso(first))
+    for hms in corrected:
+        behind = (first / 1000 - _seconds_of_day(hms)) % 86400
+        assert behind <= 70 or behind > 86400 - 3600, (hms, _iso(first))
 
     # Live: windows show while the traffic flows, not all at once after it.
     (traffic_done,) = [i for i, ln in enumerate(lines) if ln.startswith("[demo] traffic done")]

@@ -70,7 +70,7 @@ def judge_health(facts: HealthFacts, stall_seconds: float) -> Health:
         # that had no metadata): say also what the lag poller found, when it found nothing.
         unknown = (
             f"; source lag unknown: {facts.lag_error}"
-            if facts.lag is None and facts.lag_error
+            if facts.lag is None and facts.lag_error and facts.lag_error not in why
             else ""
         )
         if facts.restarting_in is not None:

@@ -87,3 +87,8 @@ def test_a_failed_query_says_that_the_brokers_do_not_answer() -> None:
     assert no_restart.reason == f"query failed: boom; source lag unknown: {why}"
     known = judge_health(HealthFacts(now=100, running=False, failure="boom", lag=3), STALL)
     assert known.reason == "query failed: boom"
+    # The same error twice (the lag poller met what failed the query) is said once.
+    same = HealthFacts(
+        now=100, running=False, failure="SourceError: no leaders", lag=None, lag_error="no leaders"
+    )
+    assert judge_health(same, STALL).reason == "query failed: SourceError: no leaders"

@@ -70,7 +70,7 @@ def test_latency_delays_each_direction(proxy: FaultProxy) -> None:
         slow = _echo_time(sock, b"ping")
         proxy.heal()
         after = _echo_time(sock, b"ping")
-    assert before < 0.1 and after < 0.1, (before, after)
+    assert before < 0.25 and after < 0.25, (before, after)  # loopback, even on a busy machine
     assert 0.3 <= slow < 1.0, slow  # 150 ms up + 150 ms down
 
 

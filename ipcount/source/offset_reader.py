@@ -31,11 +31,13 @@ _TAIL_TIMEOUT_S = 10.0
 # gives up soon; the batch interval then decides.
 _PEEK_POLL_S = 0.005
 _PEEK_TIMEOUT_S = 0.5
-# Answers of a leader that moved since the client's metadata was fetched.
+# Answers of a leader that moved since the client's metadata was fetched; and librdkafka's own
+# "No leaders found" (_NOENT) when its connections were reset and its metadata holds no leader.
 _STALE_LEADER = {
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError._NOENT,
 }
 _RETRIABLE_METADATA = {
     KafkaError.LEADER_NOT_AVAILABLE,
@@ -45,6 +47,7 @@ _RETRIABLE_METADATA = {
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError._NOENT,
 }
 
 

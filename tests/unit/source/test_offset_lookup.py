@@ -57,3 +57,33 @@ def test_an_offset_that_stays_unknown_fails_with_the_partition_named(
     monkeypatch.setattr(offset_reader.time, "monotonic", lambda: float(next(clock)))
     with pytest.raises(SourceError, match=r"latest offsets of src/2: .*unknown"):
         _reader(_Admin([-1001])).offsets([("src", 2)], "latest")
+
+
+class _RaisingAdmin:
+    """list_offsets raises `error` (a KafkaError code) every time."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.calls = code, 0
+
+    def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Future[Any]]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.calls += 1
+        raise KafkaException(KafkaError(self.code, "No leaders found"))
+
+
+@pytest.mark.parametrize("code", ["_NOENT", "FENCED_LEADER_EPOCH", "NOT_LEADER_FOR_PARTITION"])
+def test_a_stale_leader_answer_is_asked_again_by_a_client_with_fresh_metadata(
+    monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """After connections were reset (_NOENT: librdkafka's metadata holds no leader) or a leader
+    moved, the lookup is retried by a new admin client, which fetches metadata anew."""
+    from confluent_kafka import KafkaError
+
+    monkeypatch.setattr(offset_reader.time, "sleep", lambda s: None)
+    stale = _RaisingAdmin(getattr(KafkaError, code))
+    fresh = _Admin([355])
+    monkeypatch.setattr(offset_reader, "AdminClient", lambda conf: fresh)
+    reader = _reader(stale)  # type: ignore[arg-type]
+    assert reader.offsets([("src", 2)], "latest") == {("src", 2): 355}
+    assert (stale.calls, fresh.calls) == (1, 1)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ipcount.chaos.plan import BROKER_COMMIT, BROKER_HANG, BROKER_RESTART, ChaosOptions, ChaosReport
-from ipcount.chaos.processes import JobProcess, last_committed_batch
+from ipcount.chaos.processes import last_committed_batch
+from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
     from ipcount.chaos.env import ChaosEnv

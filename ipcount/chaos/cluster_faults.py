@@ -37,7 +37,8 @@ from ipcount.chaos.plan import (
     ChaosReport,
     split_cluster_event,
 )
-from ipcount.chaos.processes import JobProcess, last_committed_batch
+from ipcount.chaos.processes import last_committed_batch
+from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
     import random

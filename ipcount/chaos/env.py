@@ -1,5 +1,5 @@
-"""The world a chaos run acts on (in the `ipcount chaos` process): the broker, fresh topics, the
-settings its child processes get, and the `loadgen synth` runs that keep data flowing."""
+"""The world a chaos run acts on (in the `ipcount chaos` process): a local pipeline run (broker,
+fresh topics, the settings its children get) and the `loadgen synth` runs that keep data flowing."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ipcount.chaos.plan import BROKER_EVENTS, ChaosOptions
-from ipcount.chaos.processes import SynthProcess, child_env
-from ipcount.config import Settings, load_settings
-from ipcount.errors import IpcountError
-from ipcount.kafka.topics import ensure_topics
-from ipcount.local.broker import LocalBroker, free_port
-from ipcount.local.kinds import configured_broker
+from ipcount.config import Settings
+from ipcount.errors import ConfigError, IpcountError
+from ipcount.local.broker import LocalBroker
 from ipcount.local.kraft_cluster import KafkaCluster
+from ipcount.local_pipeline.children import SynthProcess
+from ipcount.local_pipeline.steps import LocalPipeline
 
 __all__ = ["ChaosError", "ChaosEnv"]
 
@@ -24,7 +23,9 @@ class ChaosError(IpcountError):
 
 
 class ChaosEnv:
-    """Broker, topics, settings and generators of one run (see `open()` and `close()`)."""
+    """A local pipeline run (`pipeline`) and what chaos adds to it: the broker faults this broker
+    allows, generators kept running while records are owed, broker restarts (see `open()` and
+    `close()`)."""
 
     def __init__(
         self,
@@ -39,101 +40,81 @@ class ChaosEnv:
     ) -> None:
         self.base, self.options, self.seed, self.rate = base, options, seed, rate
         self.run_dir, self.tag, self.on_note = run_dir, tag, on_note
-        self.broker: LocalBroker | None = None
-        # The local cluster of a run with --broker-nodes 3 (then `broker` is None).
-        self.cluster: KafkaCluster | None = None
-        self.own_broker = False
+        o = options
+        self.pipeline = LocalPipeline(
+            base,
+            run_dir,
+            f"chaos-{tag}",
+            sets=[
+                f"job.idle_timeout_seconds={o.idle_timeout_seconds:g}",
+                f"job.trigger_interval_seconds={o.trigger_interval_seconds:g}",
+                # Small Spark for a 2-core machine: two task threads, two state stores per batch.
+                "spark.master=local[2]",
+                "spark.shuffle_partitions=2",
+            ],
+        )
+        self.checkpoint = self.pipeline.checkpoint
         self.synths: list[SynthProcess] = []
         self.synth_paused = False
-        self.cli: list[str] = []
 
-    def overrides(self, bootstrap: str) -> list[str]:
-        """The settings every child process gets (as --set): fresh topics, own checkpoint."""
-        o, t = self.options, self.tag
-        return [
-            f"kafka.bootstrap_servers={bootstrap}",
-            f"topics.source=chaos-{t}-source",
-            f"topics.sink=chaos-{t}-sink",
-            f"topics.progress=chaos-{t}-progress",
-            f"topics.late=chaos-{t}-late",
-            f"topics.dead_letter=chaos-{t}-dead-letter",
-            f"job.checkpoint_location={self.run_dir / 'checkpoint'}",
-            f"job.idle_timeout_seconds={o.idle_timeout_seconds:g}",
-            f"job.trigger_interval_seconds={o.trigger_interval_seconds:g}",
-            # Small Spark for a 2-core machine: two task threads, two state stores per batch.
-            "spark.master=local[2]",
-            "spark.shuffle_partitions=2",
-        ]
+    @property
+    def broker(self) -> LocalBroker | None:
+        """The broker a fault may restart (None on a cluster or a broker not ours to restart)."""
+        return self.pipeline.broker
+
+    @property
+    def cluster(self) -> KafkaCluster | None:
+        """The local cluster of a run with --broker-nodes 3 (then `broker` is None)."""
+        return self.pipeline.cluster
+
+    @property
+    def settings(self) -> Settings:
+        return self.pipeline.settings
+
+    @property
+    def cli(self) -> list[str]:
+        return self.pipeline.cli
 
     def open(self, events: list[str]) -> list[str]:
         """Start (or find) the broker and create the topics; returns the events this broker
-        allows (no restarts of a broker that is not ours to restart)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.options.use_configured_broker:
-            bootstrap = self.base.kafka.bootstrap_servers
-            local = configured_broker(self.base)
-            # Only the local [broker] (`ipcount broker start`) can be restarted from here.
-            if local.status().running and local.bootstrap == bootstrap:
-                self.broker = local
-            elif any(e in BROKER_EVENTS for e in events):
+        allows (no restarts of a broker that is not ours to restart).
+
+        Raises:
+            ChaosError: --broker-nodes asked of a broker kind that is not Apache Kafka.
+        """
+        o = self.options
+        try:
+            bootstrap = self.pipeline.open_broker(
+                configured=o.use_configured_broker, nodes=1 if not o.cluster else o.broker_nodes
+            )
+        except ConfigError as exc:
+            raise ChaosError(str(exc)) from exc
+        if self.broker is None and any(e in BROKER_EVENTS for e in events):
+            if not o.cluster:
                 self.on_note(f"{bootstrap} is not the local [broker]: broker faults skipped")
-                events = [e for e in events if e not in BROKER_EVENTS]
-        elif self.options.cluster:
-            bootstrap = self._start_cluster()
             events = [e for e in events if e not in BROKER_EVENTS]
-        else:
-            self.broker = configured_broker(self.base, self.run_dir / "broker", free_port())
-            self.broker.start(timeout=self.base.broker.start_timeout_seconds)
-            self.own_broker = True
-            bootstrap = self.broker.bootstrap
-        sets = self.overrides(bootstrap)
-        path = None if self.base.source_path == "defaults" else self.base.source_path
-        self.cli = [*(["--config", path] if path else []), *(a for s in sets for a in ("--set", s))]
-        self.settings = load_settings(path, overrides=sets, use_default_path=False)
-        ensure_topics(self.settings)
-        self.checkpoint = Path(self.settings.job.checkpoint_location)
+        self.pipeline.create_topics()
         self.on_note(
             f"seed {self.seed}; broker {bootstrap}; topics chaos-{self.tag}-*; "
             f"run dir {self.run_dir}"
         )
         return events
 
-    def _start_cluster(self) -> str:
-        """Start the run's local Apache Kafka cluster; its bootstrap list.
-
-        Raises:
-            ChaosError: broker.kind is not Apache Kafka.
-        """
-        if self.base.broker.kind != "kafka":
-            raise ChaosError(
-                f"--broker-nodes {self.options.broker_nodes} starts a local Apache Kafka cluster; "
-                f'broker.kind is {self.base.broker.kind!r}: set broker.kind = "kafka" (env '
-                "IPCOUNT_BROKER_KIND=kafka)"
-            )
-        self.cluster = KafkaCluster(self.run_dir / "cluster", self.options.broker_nodes)
-        # Three nodes start in about the time of one, but wait for each other's quorum.
-        self.cluster.start(timeout=2 * self.base.broker.start_timeout_seconds)
-        self.own_broker = True
-        return self.cluster.bootstrap
-
     # --- generators -----------------------------------------------------------------------
 
     def start_synth(self, count: int) -> None:
         o, k = self.options, len(self.synths) + 1
-        self.synths.append(
-            SynthProcess(
-                self.cli,
-                count=count,
-                rate=self.rate,
-                seed=self.seed + k - 1,
-                ips=o.ips,
-                late_fraction=o.late_fraction,
-                malformed_fraction=o.malformed_fraction,
-                ledger=self.run_dir / f"ledger-{k}.jsonl",
-                log_path=self.run_dir / f"synth-{k}.log",
-                env=child_env(),
-            )
+        synth = self.pipeline.start_synth(
+            self.run_dir / f"ledger-{k}.jsonl",
+            self.run_dir / f"synth-{k}.log",
+            rate=self.rate,
+            count=count,
+            seed=self.seed + k - 1,
+            ips=o.ips,
+            late_fraction=o.late_fraction,
+            malformed_fraction=o.malformed_fraction,
         )
+        self.synths.append(synth)
         self.on_note(f"loadgen synth {k}: {count} records at {self.rate:.0f}/s from {o.ips} IPs")
 
     def check_synth(self, more: bool) -> None:
@@ -203,9 +184,4 @@ class ChaosEnv:
         """Stop the generators and, if this run started it, the broker."""
         for synth in self.synths:
             synth.stop()
-        if self.broker is not None and self.own_broker:
-            self.broker.stop()
-        if self.cluster is not None:
-            for node in self.cluster.members():
-                node.resume()  # a node left hung by an interrupted fault would not stop
-            self.cluster.stop()
+        self.pipeline.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import random
 import shlex
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -31,17 +30,12 @@ from ipcount.chaos.plan import (
     plan_events,
     split_cluster_event,
 )
-from ipcount.chaos.processes import (
-    JobProcess,
-    child_env,
-    fault_spec,
-    last_committed_batch,
-    last_planned_batch,
-)
+from ipcount.chaos.processes import fault_spec, last_committed_batch, last_planned_batch
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.faults import STATE_ENV_VAR
-from ipcount.verify.compare import VerifyReport, verify_sink
+from ipcount.local_pipeline.children import JobProcess, child_env
+from ipcount.verify.compare import VerifyReport
 from ipcount.verify.ledger import Ledger
 
 __all__ = ["ChaosError", "ChaosRunner", "run_chaos"]
@@ -134,8 +128,7 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
         env.pop(STATE_ENV_VAR, None)
         if state:
             env[STATE_ENV_VAR] = state
-        argv = [sys.executable, "-m", "ipcount", *self.env.cli, "run"]
-        job = JobProcess(argv, log, env=env)
+        job = self.env.pipeline.start_job(log, env=env)
         job.armed = next_event if faults else None
         job.committed_at_start = last_committed_batch(self.checkpoint)
         self.on_note(f"job start {n} (pid {job.pid}, log {log.name}){armed}")
@@ -373,7 +366,7 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
 
     def _verify(self, ledger: Ledger, isolation: str, quiet: bool = False) -> VerifyReport | None:
         try:
-            return verify_sink(self.env.settings, ledger, isolation, deadline_seconds=60)
+            return self.env.pipeline.verify(ledger, isolation)
         except IpcountError as exc:
             if not quiet:
                 raise

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,13 +18,14 @@ from pathlib import Path
 
 from ipcount.chaos.env import ChaosEnv, ChaosError
 from ipcount.chaos.plan import ChaosOptions
-from ipcount.chaos.processes import JobProcess, batch_ids, child_env, last_committed_batch
+from ipcount.chaos.processes import batch_ids, last_committed_batch
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, IpcountError
 from ipcount.local.broker import free_port
+from ipcount.local_pipeline.children import JobProcess
 from ipcount.observe.state_store import figures_of, list_local_state
 from ipcount.soak.probes import process_figures, topic_records, tree_bytes
-from ipcount.verify.compare import VerifyReport, verify_sink
+from ipcount.verify.compare import VerifyReport
 from ipcount.verify.ledger import Ledger
 
 __all__ = ["SoakOptions", "SoakSample", "SoakReport", "SoakRunner"]
@@ -174,9 +174,9 @@ class SoakRunner:
         self.starts += 1
         self.port = free_port()
         log = self.run_dir / f"job-{self.starts}.log"
-        cli = [*self.env.cli, *(a for s in self.options.sets for a in ("--set", s))]
-        argv = [sys.executable, "-m", "ipcount", *cli, "run", "--metrics-port", str(self.port)]
-        job = JobProcess(argv, log, env=child_env())
+        job = self.env.pipeline.start_job(
+            log, args=["--metrics-port", str(self.port)], sets=self.options.sets
+        )
         job.committed_at_start = last_committed_batch(self.checkpoint)
         self._waiting = (time.monotonic(), job.committed_at_start)
         self.on_note(f"job start {self.starts} (pid {job.pid}, log {log.name})")
@@ -312,7 +312,7 @@ class SoakRunner:
         while time.monotonic() < deadline:
             self._watch()
             try:
-                report = verify_sink(self.env.settings, ledger, deadline_seconds=60)
+                report = self.env.pipeline.verify(ledger)
             except IpcountError as exc:
                 logger.info("verify not yet possible: %s", exc)
             if report is not None and report.exact and self._waiting is None:

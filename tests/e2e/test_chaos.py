@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ipcount.chaos.processes import child_env
+from ipcount.local_pipeline.children import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = re.compile(r"missing=0 duplicates=0 wrong=0 exact=true$")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ipcount.chaos.processes import child_env
+from ipcount.local_pipeline.children import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,15 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from ipcount.chaos.processes import (
-    JobProcess,
-    SynthProcess,
-    child_env,
-    last_committed_batch,
-    last_planned_batch,
-)
+from ipcount.chaos.processes import last_committed_batch, last_planned_batch
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics
+from ipcount.local_pipeline.children import JobProcess, SynthProcess, child_env
 from ipcount.verify.compare import verify_sink
 from ipcount.verify.ledger import Ledger
 

@@ -34,6 +34,9 @@ LAYERS: list[set[str]] = [
     # job and the dashboard, it imports neither.
     {"ipcount.observe"},
     {"ipcount.job", "ipcount.verify", "ipcount.local", "ipcount.dashboard"},
+    # One local pipeline run (broker, topics, job and generator processes, verify): what the demo,
+    # chaos, the soak and the benchmarks share. Above the brokers and verify, below its users.
+    {"ipcount.local_pipeline"},
     {"ipcount.chaos", "loadgen"},
     # The soak runs a job like chaos does (its broker, topics, generator and job processes).
     {"ipcount.soak"},

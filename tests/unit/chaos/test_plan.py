@@ -23,14 +23,13 @@ from ipcount.chaos.plan import (
 )
 from ipcount.chaos.processes import (
     batch_ids,
-    child_env,
     fault_spec,
-    find_fault_line,
     last_committed_batch,
     last_planned_batch,
 )
 from ipcount.errors import ConfigError
 from ipcount.faults import parse_faults
+from ipcount.local_pipeline.children import child_env, find_fault_line
 from ipcount.verify.compare import VerifyReport
 
 

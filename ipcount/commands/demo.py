@@ -4,7 +4,6 @@ verify. Traffic starts once the job has committed its first micro-batch, so wind
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import signal
@@ -17,9 +16,9 @@ from typing import Any
 from ipcount.checkpoint.offset_log import OffsetLog
 from ipcount.childproc import Child, spawn
 from ipcount.config import Settings
-from ipcount.kafka.topics import ensure_topics
-from ipcount.local.broker import free_port
-from ipcount.local.kinds import configured_broker
+from ipcount.local.broker import LocalBroker
+from ipcount.local_pipeline.children import child_env
+from ipcount.local_pipeline.steps import LocalPipeline
 
 __all__ = ["register", "ORDER"]
 
@@ -95,6 +94,11 @@ def _open_windows(verify_out: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _announce(broker: LocalBroker) -> None:
+    what = _BROKER_NAMES.get(broker.kind, broker.kind)
+    _say(f"starting {what} on {broker.bootstrap}, data in {broker.data_dir}")
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     return _Demo(args, settings).run()
 
@@ -108,15 +112,14 @@ class _Demo:
         self.began = time.monotonic()
         self.work = Path(args.dir).resolve()
         self.ledger = self.work / "ledger.jsonl"
-        self.checkpoint = self.work / "checkpoint"
         job = settings.job
         # How long after the traffic the job's idle heartbeats take to emit the last windows.
         self.idle = job.idle_timeout_seconds + job.window_seconds + job.watermark_delay_seconds + 10
-        self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        self.env["IPCOUNT_CONFIG"] = settings.source_path
-        if settings.source_path == "defaults":
-            self.env.pop("IPCOUNT_CONFIG")
+        self.env = child_env()
         self.procs: list[Child] = []
+        # The demo's own broker, the configured topics, the checkpoint under --dir.
+        self.pipeline = LocalPipeline(settings, self.work, None)
+        self.checkpoint = self.pipeline.checkpoint
         self.ipcount = [sys.executable, "-m", "ipcount"]
         self.sets: list[str] = []
 
@@ -124,28 +127,21 @@ class _Demo:
         if self.work.exists():
             shutil.rmtree(self.work)
         self.work.mkdir(parents=True)
-        broker = configured_broker(self.settings, self.work / "broker", free_port())
-        what = _BROKER_NAMES.get(broker.kind, broker.kind)
-        _say(f"starting {what} on {broker.bootstrap}, data in {broker.data_dir}")
-        broker.start(timeout=self.settings.broker.start_timeout_seconds)
-        overrides = [
-            f"kafka.bootstrap_servers={broker.bootstrap}",
-            f"job.checkpoint_location={self.checkpoint}",
-        ]
-        self.sets = [arg for o in overrides for arg in ("--set", o)]
+        self.pipeline.open_broker(announce=_announce)
+        broker = self.pipeline.broker
+        self.sets = self.pipeline.cli
         try:
-            demo_settings = self.settings.replace("kafka", bootstrap_servers=broker.bootstrap)
-            for name, state in ensure_topics(demo_settings).items():
+            for name, state in self.pipeline.create_topics().items():
                 _say(f"topic {name}: {state}")
             return self._steps()
         finally:
             for child in self.procs:
                 child.stop(60)
                 child.reap()
-            if self.args.keep_broker:
+            if self.args.keep_broker and broker is not None:
                 _say(f"broker left running on {broker.bootstrap} (pid in {broker.state_file})")
             else:
-                broker.stop()
+                self.pipeline.close()
                 _say("broker stopped")
 
     def _steps(self) -> int:
@@ -191,7 +187,8 @@ class _Demo:
             "committed its first micro-batch"
         )
         launched = time.monotonic()
-        job = self._spawn([*self.ipcount, *self.sets, "run"], self._log("job"), "the Spark job")
+        job = self.pipeline.start_job(self._log("job"), env=self.env, name="the Spark job").child
+        self.procs.append(job)
         queries = [self.checkpoint]
         if self.settings.job.dead_letter:
             queries.append(Path(f"{self.checkpoint}-dead-letter"))
@@ -223,14 +220,12 @@ class _Demo:
             f"generating {args.rate} records/s for {args.duration:g}s from {args.ips} IPs "
             f"(log: {self._log('loadgen')}, ground truth: {self.ledger})"
         )
-        synth = [
-            *("synth", "--rate", str(args.rate), "--duration", str(args.duration)),
-            *("--ips", str(args.ips), "--late-fraction", str(_LATE_FRACTION)),
-            *("--late-behind-seconds", str(_LATE_BEHIND_SECONDS)),
-            *("--malformed-fraction", "0.002", "--ledger", str(self.ledger)),
-        ]
-        argv = [sys.executable, "-m", "loadgen", *self.sets, *synth]
-        generator = self._spawn(argv, self._log("loadgen"), "the generator")
+        generator = self.pipeline.start_synth(
+            self.ledger, self._log("loadgen"), rate=args.rate, duration=args.duration,
+            ips=args.ips, late_fraction=_LATE_FRACTION, late_behind_seconds=_LATE_BEHIND_SECONDS,
+            malformed_fraction=0.002, name="the generator",
+        ).child  # fmt: skip
+        self.procs.append(generator)
         if generator.wait() != 0:
             status = generator.returncode
             _say(f"the generator failed (status {status}); see {self._log('loadgen')}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,16 @@ class LocalPipeline:
 
     # --- broker ---------------------------------------------------------------------------
 
-    def open_broker(self, *, configured: bool = False, nodes: int = 1) -> str:
+    def open_broker(
+        self,
+        *,
+        configured: bool = False,
+        nodes: int = 1,
+        announce: Callable[[LocalBroker], None] | None = None,
+    ) -> str:
         """Start this run's broker on a free port (a local Apache Kafka cluster of `nodes`
         nodes when more than one), or use the configured one (`configured`); its bootstrap.
+        `announce` is shown this run's own one-node broker before it starts.
 
         Raises:
             ConfigError: a cluster asked of a broker kind that is not Apache Kafka.
@@ -76,6 +83,8 @@ class LocalPipeline:
             self.bootstrap = self._start_cluster(nodes)
         else:
             self.broker = configured_broker(self.base, self.work_dir / "broker", free_port())
+            if announce is not None:
+                announce(self.broker)
             self.broker_pid = self.broker.start(timeout=self.base.broker.start_timeout_seconds)
             self.own_broker = True
             self.bootstrap = self.broker.bootstrap

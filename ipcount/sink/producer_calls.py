@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ipcount.errors import FatalKafkaError, SinkError, TransactionAbortedError
 from ipcount.kafka.client import describe_kafka_error, transaction_timeout_error
@@ -42,7 +42,7 @@ class TxnCalls:
 
     def __init__(self, config: TxnConfig) -> None:
         self.config = config
-        self._producer: Any = None
+        self._producer: Producer | None = None
         self._in_transaction = False
 
     @property
@@ -58,6 +58,19 @@ class TxnCalls:
         self._in_transaction = False
         logger.warning("batch %d: open transaction aborted", batch_id)
         return True
+
+    def _live_producer(self) -> Producer:
+        """The producer of a started session.
+
+        Raises:
+            SinkError: the session was not started, or its producer was discarded.
+        """
+        if self._producer is None:
+            raise SinkError(
+                f"transactional.id {self.config.transactional_id!r} has no producer: the "
+                "session was not started or its producer was discarded"
+            )
+        return self._producer
 
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by the next init with this id)."""
@@ -128,7 +141,7 @@ class TxnCalls:
         if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED_CODES):
             raise self._fatal(f"{op} for batch {batch_id}", err) from exc
         self._in_transaction = False
-        producer = self._producer
+        producer = self._live_producer()
         self._call("abort_transaction", lambda t: producer.abort_transaction(t))
         if isinstance(err, KafkaError) and err.code() in _CONTENT_CODES:
             raise FatalKafkaError(
@@ -164,12 +177,12 @@ def is_fenced(exc: FatalKafkaError) -> bool:
 
 
 def produce(
-    producer: Any,
+    producer: Producer,
     topic: str,
     value: bytes | None,
     key: bytes | None,
     headers: list[tuple[str, bytes]] | None = None,
-    on_delivery: Callable[[Any, Any], Any] | None = None,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
 ) -> None:
     """Produce one record, waiting for room in the producer's local queue when it is full."""
     extra: dict[str, Any] = {}

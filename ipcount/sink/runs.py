@@ -8,7 +8,6 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import with_client_logging
@@ -174,14 +173,14 @@ def produce_one(
     Raises:
         SinkError: the broker did not acknowledge them within 30 s.
     """
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaError, Message, Producer
 
     conf = {k: v for k, v in producer_conf.items() if not k.startswith("transaction")}
     conf.update({"enable.idempotence": "true", "acks": "all"})
     producer = Producer(with_client_logging(conf, "ipcount.history.librdkafka"))
     failures: list[str] = []
 
-    def _delivered(err: Any, _msg: Any) -> None:
+    def _delivered(err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             failures.append(str(err))
 

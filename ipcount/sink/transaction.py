@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -165,10 +164,9 @@ class TxnSession(TxnCalls):
             cfg.retry_deadline_seconds,
         )
         marker = self._write_transaction(batch_id, records, source_end, watermark_ms)
+        producer = self._live_producer()
         self._call(
-            "commit_transaction",
-            lambda t: self._producer.commit_transaction(t),
-            batch_id=batch_id,
+            "commit_transaction", lambda t: producer.commit_transaction(t), batch_id=batch_id
         )
         self._in_transaction = False
         self._committed(marker)
@@ -210,7 +208,7 @@ class TxnSession(TxnCalls):
         """Begin a transaction and write the batch's records and its progress marker into it,
         flushed (not committed). Returns the marker, with its position when it was delivered."""
         cfg = self.config
-        producer = self._producer
+        producer = self._live_producer()
         self._call("begin_transaction", lambda _t: producer.begin_transaction())
         self._in_transaction = True
         try:
@@ -290,7 +288,7 @@ class TxnSession(TxnCalls):
         except OSError as exc:  # the commit stands; only the lost-commit check is weaker
             logger.warning("batch %d: could not write its commit receipt: %s", batch_id, exc)
 
-    def _produce_all(self, producer: Any, records: Iterable[Record]) -> tuple[int, int]:
+    def _produce_all(self, producer: Producer, records: Iterable[Record]) -> tuple[int, int]:
         """Produce every record; returns (records to the sink topic, records to other topics)."""
         topic = self.config.topic
         count = other = 0
@@ -304,7 +302,7 @@ class TxnSession(TxnCalls):
                 other += 1
         return count, other
 
-    def _check_topics(self, producer: Any) -> None:
+    def _check_topics(self, producer: Producer) -> None:
         cfg = self.config
         try:
             # All topics, not named ones: asking for a named topic may auto-create it.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from ipcount.bench.report import Sustained, batch_records, data_batch_spans, sus
 from ipcount.bench.workspace import BenchEnv
 from ipcount.childproc import Child, spawn
 from ipcount.errors import IpcountError
+from ipcount.local_pipeline.children import child_env
 
 __all__ = [
     "JobRun",
@@ -92,10 +92,7 @@ class JobRun:
 
 
 def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.update(extra or {})
-    return env
+    return {**child_env(), **(extra or {})}
 
 
 def start_job_child(
@@ -110,10 +107,7 @@ def start_job_child(
 ) -> Child:
     """Launch ipcount.bench.timed_job; its stdout/stderr go to a log file next to the result."""
     cmd = [sys.executable, "-m", "ipcount.bench.timed_job", "--result", str(result_path)]
-    if env.config:
-        cmd += ["--config", env.config]
-    for item in overrides:
-        cmd += ["--set", item]
+    cmd += env.cli(overrides)
     for key, value in (spark_conf or {}).items():
         cmd += ["--spark-conf", f"{key}={value}"]
     if available_now:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import argparse
 import re
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ipcount.bench.commit_watch import CommitWatcher, Received, percentile
-from ipcount.childproc import Child, spawn
+from ipcount.childproc import Child
 from ipcount.errors import ConfigError, IpcountError
 
 if TYPE_CHECKING:
@@ -48,16 +47,13 @@ class _Phase:
 
 
 def _launch_synth(env: BenchEnv, overrides: list[str], phase: _Phase, ips: int) -> None:
-    cmd = [sys.executable, "-m", "loadgen"]
-    if env.config:
-        cmd += ["--config", env.config]
-    for item in overrides:
-        cmd += ["--set", item]
-    cmd += [
-        "synth", "--rate", f"{phase.rate:g}", "--duration", f"{phase.duration:g}",
-        "--ips", str(ips), "--ledger", str(phase.ledger),
-    ]  # fmt: skip
-    phase.proc = spawn(cmd, log=phase.log, name="synth", own_session=False, append=False)
+    from ipcount.local_pipeline.children import SynthProcess, child_env
+
+    synth = SynthProcess(
+        env.cli(overrides), rate=phase.rate, duration=phase.duration, ips=ips,
+        ledger=phase.ledger, log_path=phase.log, env=child_env(),
+    )  # fmt: skip
+    phase.proc = synth.child
 
 
 def _await_start(phase: _Phase, timeout: float = 120.0) -> int:

@@ -1,5 +1,6 @@
-"""Where a pipeline benchmark runs (bench process): a broker and fresh topics per run, the
-records pre-loaded with synth's generator, the sink verified against the ledger."""
+"""Where a pipeline benchmark runs (bench process): a local pipeline's broker (or a given one) and
+fresh topics per run, the records pre-loaded with synth's generator, the sink verified against
+the ledger."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from pathlib import Path
 from ipcount.config import Settings, load_settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topics import ensure_topics
-from ipcount.local.broker import LocalBroker, free_port
-from ipcount.local.kinds import configured_broker, make_broker
+from ipcount.local.broker import free_port
+from ipcount.local.kinds import make_broker
+from ipcount.local_pipeline.steps import LocalPipeline, settings_cli, topic_overrides
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 from loadgen.generator import SynthSpec
@@ -53,15 +55,15 @@ class BenchEnv:
         overrides = [
             *self.overrides,
             f"kafka.bootstrap_servers={self.bootstrap}",
-            f"topics.source=bench-src-{uid}",
-            f"topics.sink=bench-sink-{uid}",
-            f"topics.progress=bench-progress-{uid}",
-            f"topics.late=bench-late-{uid}",
-            f"topics.dead_letter=bench-dlq-{uid}",
+            *topic_overrides(f"bench-{uid}"),
             f"job.checkpoint_location={self.workdir / ('ckpt-' + uid)}",
             *extra,
         ]
         return self._load(overrides), overrides
+
+    def cli(self, overrides: Sequence[str]) -> list[str]:
+        """A child's `--config FILE --set ...` for a run's `overrides`."""
+        return settings_cli(self.config, overrides)
 
     def _load(self, overrides: list[str]) -> Settings:
         settings = load_settings(self.config, overrides=overrides)
@@ -75,8 +77,7 @@ class BenchEnv:
         uid = _topic_safe(f"{tag}-{uuid.uuid4().hex[:6]}")
         fresh = [
             *overrides,
-            f"topics.sink=bench-sink-{uid}",
-            f"topics.progress=bench-progress-{uid}",
+            *topic_overrides(f"bench-{uid}", ("sink", "progress")),
             f"job.checkpoint_location={self.workdir / ('ckpt-' + uid)}",
         ]
         return self._load(fresh), fresh
@@ -113,19 +114,16 @@ def bench_env(
         None if settings.source_path == "defaults" else str(Path(settings.source_path).resolve())
     )
     tmp = tempfile.mkdtemp(prefix="ipcount-bench-")
-    broker: LocalBroker | None = None
+    pipeline = LocalPipeline(settings, Path(tmp), None)
     env: BenchEnv | None = None
     try:
-        broker_pid = None
         if not bootstrap:
-            broker = configured_broker(settings, Path(tmp) / "broker", free_port())
-            broker_pid = broker.start(timeout=settings.broker.start_timeout_seconds)
-            bootstrap = broker.bootstrap
-        env = BenchEnv(bootstrap, Path(tmp), config, list(overrides), broker_pid)
+            bootstrap = pipeline.open_broker()
+        env = BenchEnv(bootstrap, Path(tmp), config, list(overrides), pipeline.broker_pid)
         yield env
     finally:
-        if broker is not None:
-            broker.stop()
+        if pipeline.own_broker:
+            pipeline.close()
         elif env is not None and not keep:
             env.delete_topics()
         if not keep:

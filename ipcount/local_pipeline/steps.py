@@ -20,7 +20,7 @@ from ipcount.local_pipeline.children import JobProcess, SynthProcess, child_env
 from ipcount.verify.compare import VerifyReport, verify_sink
 from ipcount.verify.ledger import Ledger
 
-__all__ = ["LocalPipeline", "topic_overrides"]
+__all__ = ["LocalPipeline", "settings_cli", "topic_overrides"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,13 @@ _ROLES = ("source", "sink", "progress", "late", "dead_letter")
 def topic_overrides(tag: str, roles: Sequence[str] = _ROLES) -> list[str]:
     """--set items naming each of `roles`' topics after `tag` (`TAG-source`, `TAG-dead-letter`)."""
     return [f"topics.{role}={tag}-{role.replace('_', '-')}" for role in roles]
+
+
+def settings_cli(config: str | None, overrides: Sequence[str]) -> list[str]:
+    """`--config CONFIG --set O1 --set O2 ...`: how a child (`python -m ipcount`, `loadgen`, the
+    bench's job) is given settings; no --config when `config` is None."""
+    sets = [a for o in overrides for a in ("--set", o)]
+    return ["--config", config, *sets] if config else sets
 
 
 class LocalPipeline:
@@ -125,8 +132,7 @@ class LocalPipeline:
     @property
     def cli(self) -> list[str]:
         """`--config FILE --set ...`: what a child's command line starts with."""
-        config = ["--config", self.config_path] if self.config_path else []
-        return [*config, *(a for s in self.overrides for a in ("--set", s))]
+        return settings_cli(self.config_path, self.overrides)
 
     def load(self) -> Settings:
         """The settings the children run with."""

@@ -32,10 +32,8 @@ from ipcount.chaos.plan import (
 )
 from ipcount.chaos.processes import fault_spec, last_committed_batch, last_planned_batch
 from ipcount.config import Settings
-from ipcount.errors import IpcountError
 from ipcount.faults import STATE_ENV_VAR
 from ipcount.local_pipeline.children import JobProcess, child_env
-from ipcount.verify.compare import VerifyReport
 from ipcount.verify.ledger import Ledger
 
 __all__ = ["ChaosError", "ChaosRunner", "run_chaos"]
@@ -338,21 +336,13 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
         self.report.verify_command = shlex.join(
             ["ipcount", *env.cli, "verify", *(a for p in env.ledgers for a in ("--ledger", str(p)))]
         )
-        job_s = env.settings.job
-        flush = self.options.idle_timeout_seconds + job_s.window_seconds
-        flush += job_s.watermark_delay_seconds
         self.on_note(f"traffic done ({ledger.records} records); waiting for the last windows")
-        deadline = time.monotonic() + flush + self.options.start_timeout_seconds
-        while time.monotonic() < deadline:
-            self._keep_job_running()
-            report = self._verify(ledger, "read_committed", quiet=True)
-            if report is not None and report.exact:
-                break
-            time.sleep(3)
+        seconds = env.pipeline.last_windows_seconds + self.options.start_timeout_seconds
+        env.pipeline.await_exact(ledger, seconds, tick=self._keep_job_running)
         if self.job is not None:
             self.job.terminate()
-        self.report.committed = self._verify(ledger, "read_committed")
-        self.report.uncommitted = self._verify(ledger, "read_uncommitted")
+        self.report.committed = env.pipeline.verify(ledger, "read_committed")
+        self.report.uncommitted = env.pipeline.verify(ledger, "read_uncommitted")
         good, bad = confirm_faults(env.settings, self.checkpoint, self.report.events)
         self.report.confirmed, self.report.unconfirmed = good, bad
         for line in good:
@@ -363,15 +353,6 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
     def _keep_job_running(self) -> None:
         if self.job is not None and not self.job.alive:
             self.job = self._unplanned_exit(self.job, None)
-
-    def _verify(self, ledger: Ledger, isolation: str, quiet: bool = False) -> VerifyReport | None:
-        try:
-            return self.env.pipeline.verify(ledger, isolation)
-        except IpcountError as exc:
-            if not quiet:
-                raise
-            logger.info("verify not yet possible: %s", exc)
-            return None
 
     def _cleanup(self) -> None:
         if self.job is not None:

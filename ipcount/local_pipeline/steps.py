@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ipcount.config import Settings, load_settings
-from ipcount.errors import ConfigError
+from ipcount.errors import ConfigError, IpcountError
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import LocalBroker, free_port
 from ipcount.local.kinds import configured_broker
@@ -176,6 +177,37 @@ class LocalPipeline:
     ) -> VerifyReport:
         """The sink against `ledger`, read with `isolation`."""
         return verify_sink(self.settings, ledger, isolation, deadline_seconds=deadline_seconds)
+
+    @property
+    def last_windows_seconds(self) -> float:
+        """How long after the traffic ends the job's idle heartbeats take to emit the last
+        windows: idle timeout + window + watermark delay."""
+        job = self.settings.job
+        return job.idle_timeout_seconds + job.window_seconds + job.watermark_delay_seconds
+
+    def await_exact(
+        self,
+        ledger: Ledger,
+        seconds: float,
+        *,
+        tick: Callable[[], object] = lambda: None,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> VerifyReport | None:
+        """Verify (read_committed) every few seconds until exact and `ready()`, or `seconds`
+        pass: the last windows come a few batches after the traffic. `tick()` runs before each
+        check (keep the job running). The last report; None: the sink could not be read yet."""
+        deadline = time.monotonic() + seconds
+        report: VerifyReport | None = None
+        while time.monotonic() < deadline:
+            tick()
+            try:
+                report = self.verify(ledger)
+            except IpcountError as exc:
+                logger.info("verify not yet possible: %s", exc)
+            if report is not None and report.exact and ready():
+                break
+            time.sleep(3)
+        return report
 
     def close(self) -> None:
         """Stop the broker or cluster this run started."""

@@ -6,7 +6,6 @@ it samples what must stay flat in the job's age; at the end it verifies the outp
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import time
 import urllib.error
@@ -20,7 +19,7 @@ from ipcount.chaos.env import ChaosEnv, ChaosError
 from ipcount.chaos.plan import ChaosOptions
 from ipcount.chaos.processes import batch_ids, last_committed_batch
 from ipcount.config import Settings
-from ipcount.errors import ConfigError, IpcountError
+from ipcount.errors import ConfigError
 from ipcount.local.broker import free_port
 from ipcount.local_pipeline.children import JobProcess
 from ipcount.observe.state_store import figures_of, list_local_state
@@ -29,8 +28,6 @@ from ipcount.verify.compare import VerifyReport
 from ipcount.verify.ledger import Ledger
 
 __all__ = ["SoakOptions", "SoakSample", "SoakReport", "SoakRunner"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -303,20 +300,13 @@ class SoakRunner:
     def _finish(self) -> None:
         ledger = Ledger.load_all(self.env.ledgers)
         self.report.records = ledger.records
-        job_s = self.env.settings.job
-        flush = self.options.idle_timeout_seconds + job_s.window_seconds
-        flush += job_s.watermark_delay_seconds
         self.on_note(f"traffic done ({ledger.records} records); waiting for the last windows")
-        deadline = time.monotonic() + flush + self.options.start_timeout_seconds
-        report: VerifyReport | None = None
-        while time.monotonic() < deadline:
-            self._watch()
-            try:
-                report = self.env.pipeline.verify(ledger)
-            except IpcountError as exc:
-                logger.info("verify not yet possible: %s", exc)
-            if report is not None and report.exact and self._waiting is None:
-                break
-            time.sleep(3)
+        pipeline = self.env.pipeline
+        report = pipeline.await_exact(
+            ledger,
+            pipeline.last_windows_seconds + self.options.start_timeout_seconds,
+            tick=self._watch,
+            ready=lambda: self._waiting is None,
+        )
         self._sample()
         self.report.verify = report

@@ -108,6 +108,7 @@ def test_the_retired_max_record_bytes_changes_nothing(settings: Settings) -> Non
         settings,
         ["--count", "5000", "--malformed-fraction", "0.01", "--seed", "3"],
         "job.max_record_bytes=200000",
+        "kafka.producer.batch.size=100000",  # a record batch must fit max.message.bytes too
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = _summary(proc.stdout)

@@ -67,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ipcount import logsetup
     from ipcount.config import RunMode, load_settings
-    from ipcount.job.supervisor import run_job
     from ipcount.job.session import build_session
+    from ipcount.job.supervisor import run_job
 
     logsetup.configure(os.environ.get("IPCOUNT_LOG_LEVEL", "INFO"))
     settings = load_settings(args.config, overrides=args.overrides)

@@ -37,7 +37,7 @@ from ipcount.chaos.plan import (
     ChaosReport,
     split_cluster_event,
 )
-from ipcount.chaos.processes import last_committed_batch
+from ipcount.chaos.processes import last_committed_batch, last_planned_batch
 from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "active_controller",
     "coordinator_partition",
     "java_string_hash",
+    "wait_in_sync",
     "QUERY_RESTART_LINE",
 ]
 
@@ -152,8 +153,11 @@ class ClusterFaults:
     ) -> JobProcess | None:
         restarts_before = job.log_text().count(QUERY_RESTART_LINE)
         before = last_committed_batch(self.checkpoint)
+        # Recovered once a batch planned after the fault began is committed: the batch a frozen
+        # writer was committing (or had committed to Kafka) does not count.
+        planned = last_planned_batch(self.checkpoint)
         t0 = time.monotonic()
-        first: float | None = None  # seconds to the first commit after the fault began
+        first: float | None = None  # seconds to that commit
         with ThreadPoolExecutor(1, thread_name_prefix="ipcount-chaos-cluster") as pool:
             action = pool.submit(self._cluster_action, kind, job)
             if resume is not None:
@@ -164,7 +168,7 @@ class ClusterFaults:
             deadline = None
             while True:
                 last = last_committed_batch(self.checkpoint)
-                if first is None and last is not None and (before is None or last > before):
+                if first is None and last is not None and (planned is None or last > planned):
                     first = time.monotonic() - t0
                 if action.done():
                     if done_at is None:
@@ -191,7 +195,7 @@ class ClusterFaults:
         else:
             outcome += "the job rode through it (no query restart)"
         if first is not None:
-            outcome += f"; first commit {first:.1f}s after the fault began"
+            outcome += f"; a new batch committed {first:.1f}s after the fault began"
         self._event(
             event,
             batch if batch is not None else before,
@@ -199,7 +203,7 @@ class ClusterFaults:
             recovery_s=None if first is None else round(first, 1),
             query_restarts=restarts,
             job_died=survivor is None,
-            began=(t0, before),
+            began=(t0, planned),
         )
         return survivor
 
@@ -261,7 +265,7 @@ class ClusterFaults:
         with ThreadPoolExecutor(len(nodes), thread_name_prefix="ipcount-chaos-node") as pool:
             list(pool.map(lambda n: cluster.node(n).start(timeout=timeout), nodes))
         cluster.wait_whole(timeout)
-        _wait_in_sync(cluster.bootstrap, timeout + 60)
+        wait_in_sync(cluster.bootstrap, timeout + 60)
 
     def _sink_leader(self, cluster: KafkaCluster) -> int:
         topic = self.env.settings.topics.sink
@@ -281,7 +285,7 @@ class ClusterFaults:
         return tid, int(part.leader)
 
 
-def _wait_in_sync(bootstrap: str, timeout: float) -> None:
+def wait_in_sync(bootstrap: str, timeout: float) -> None:
     """Wait until every partition's in-sync replicas are all its replicas (a rolling restart
     takes the next node only then); logs and returns after `timeout` seconds regardless."""
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -31,12 +31,17 @@ _TAIL_TIMEOUT_S = 10.0
 # gives up soon; the batch interval then decides.
 _PEEK_POLL_S = 0.005
 _PEEK_TIMEOUT_S = 0.5
-# Answers of a leader that moved since the client's metadata was fetched; and librdkafka's own
-# "No leaders found" (_NOENT) when its connections were reset and its metadata holds no leader.
+# Answers of a leader that moved since the client's metadata was fetched; librdkafka's own "No
+# leaders found" (_NOENT) when its connections were reset and its metadata holds no leader; an
+# offset it answers "unknown" (LEADER_NOT_AVAILABLE, below), which in the cluster chaos stayed
+# unknown for the whole 30 s after a single node's kill until the client was replaced; and a new
+# leader whose high watermark is not caught up yet (OFFSET_NOT_AVAILABLE).
 _STALE_LEADER = {
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.OFFSET_NOT_AVAILABLE,
     KafkaError._NOENT,
 }
 _RETRIABLE_METADATA = {
@@ -47,6 +52,7 @@ _RETRIABLE_METADATA = {
     KafkaError.REQUEST_TIMED_OUT,
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
     KafkaError._NOENT,
 }
 

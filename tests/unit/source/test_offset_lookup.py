@@ -32,11 +32,22 @@ class _Admin:
         return out
 
 
+# The admin client a reader makes when it replaces one (see _fresh_admins): the test's fake.
+_NEXT_ADMIN: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _fresh_admins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that drops its admin client gets the test's fake again, never a real client."""
+    monkeypatch.setattr(offset_reader, "AdminClient", lambda conf: _NEXT_ADMIN[-1])
+
+
 def _reader(admin: _Admin) -> KafkaOffsetReader:
     reader = KafkaOffsetReader(
         parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "src"})
     )
     reader._admin = admin  # type: ignore[assignment]
+    _NEXT_ADMIN.append(admin)
     return reader
 
 
@@ -72,7 +83,16 @@ class _RaisingAdmin:
         raise KafkaException(KafkaError(self.code, "No leaders found"))
 
 
-@pytest.mark.parametrize("code", ["_NOENT", "FENCED_LEADER_EPOCH", "NOT_LEADER_FOR_PARTITION"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "_NOENT",
+        "FENCED_LEADER_EPOCH",
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "OFFSET_NOT_AVAILABLE",
+    ],
+)
 def test_a_stale_leader_answer_is_asked_again_by_a_client_with_fresh_metadata(
     monkeypatch: pytest.MonkeyPatch, code: str
 ) -> None:
@@ -83,7 +103,7 @@ def test_a_stale_leader_answer_is_asked_again_by_a_client_with_fresh_metadata(
     monkeypatch.setattr(offset_reader.time, "sleep", lambda s: None)
     stale = _RaisingAdmin(getattr(KafkaError, code))
     fresh = _Admin([355])
-    monkeypatch.setattr(offset_reader, "AdminClient", lambda conf: fresh)
     reader = _reader(stale)  # type: ignore[arg-type]
+    _NEXT_ADMIN.append(fresh)
     assert reader.offsets([("src", 2)], "latest") == {("src", 2): 355}
     assert (stale.calls, fresh.calls) == (1, 1)

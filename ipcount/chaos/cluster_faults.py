@@ -58,7 +58,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# What the job's log says when its runner restarts a failed query (ipcount.job.runner).
+# What the job's log says when its runner restarts a failed query (ipcount.job.supervisor).
 QUERY_RESTART_LINE = "restarting the query"
 _TXN_READY = re.compile(r"transactional\.id (?P<tid>\S+) (?:ready|initialised)")
 TRANSACTION_TOPIC = "__transaction_state"

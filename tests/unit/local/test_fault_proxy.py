@@ -80,7 +80,7 @@ def test_bandwidth_caps_the_rate(proxy: FaultProxy) -> None:
     with _connect(proxy, timeout=20) as sock:
         took = _echo_time(sock, b"x" * 40_000)
     # 40 KB at 20 KB/s each way: ~2 s (the two directions overlap).
-    assert 1.7 <= took < 30.0, took
+    assert 1.7 <= took < 120.0, took
     proxy.heal()
     with _connect(proxy) as sock:
         assert _echo_time(sock, b"x" * 40_000) < 5.0

@@ -261,7 +261,9 @@ class ClusterFaults:
     def _start_nodes(self, cluster: KafkaCluster, nodes: list[int]) -> None:
         """Start `nodes` together (two nodes of three need each other for a quorum) and wait
         until every partition of the run has all its replicas in sync again."""
-        timeout = self.env.base.broker.start_timeout_seconds
+        # A node shares the cores with the job and the other nodes: one start under load was
+        # seen to stall 27 s, past broker.start_timeout_seconds' default 30 s.
+        timeout = 3 * self.env.base.broker.start_timeout_seconds
         with ThreadPoolExecutor(len(nodes), thread_name_prefix="ipcount-chaos-node") as pool:
             list(pool.map(lambda n: cluster.node(n).start(timeout=timeout), nodes))
         cluster.wait_whole(timeout)

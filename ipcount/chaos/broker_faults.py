@@ -4,45 +4,24 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ipcount.chaos.plan import BROKER_COMMIT, BROKER_HANG, BROKER_RESTART, ChaosOptions, ChaosReport
+from ipcount.chaos.plan import BROKER_COMMIT, BROKER_HANG, BROKER_RESTART
 from ipcount.chaos.processes import last_committed_batch
+from ipcount.chaos.runner_parts import RunnerParts
 from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
-    from ipcount.chaos.env import ChaosEnv
+    pass
 
 __all__ = ["BrokerFaults"]
 
 
-class BrokerFaults:
+class BrokerFaults(RunnerParts):
     """Broker restarts and hangs while the job runs; mixed into ChaosRunner, which provides the
     waiting, the events and the job starts."""
-
-    env: ChaosEnv
-    options: ChaosOptions
-    rng: random.Random
-    report: ChaosReport
-    faults_pending: bool
-
-    if TYPE_CHECKING:
-
-        @property
-        def checkpoint(self) -> Path: ...
-        def _tick(self) -> None: ...
-        def _ready(self, job: JobProcess, next_event: str | None) -> JobProcess: ...
-        def _ready_then_wait(self, job: JobProcess, kind: str, seconds: float) -> JobProcess: ...
-        def _start_job(self, next_event: str | None) -> JobProcess: ...
-        def _unplanned_exit(self, job: JobProcess, next_event: str | None) -> JobProcess: ...
-
-        # ChaosRunner._event(kind, batch, outcome, injected=, signal=, recovery_s=)
-        _event: Callable[..., None]
 
     def _broker_signal(self, kind: str) -> str:
         """SIGSTOP for a hang. A restart is SIGTERM on a broker that loses acknowledged writes

@@ -15,9 +15,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
@@ -33,17 +31,13 @@ from ipcount.chaos.plan import (
     RANDOM,
     ROLLING_RESTART,
     TWO_DOWN,
-    ChaosOptions,
-    ChaosReport,
     split_cluster_event,
 )
 from ipcount.chaos.processes import last_committed_batch, last_planned_batch
+from ipcount.chaos.runner_parts import RunnerParts
 from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
-    import random
-
-    from ipcount.chaos.env import ChaosEnv
     from ipcount.local.kraft import KafkaBroker
     from ipcount.local.kraft_cluster import KafkaCluster
 
@@ -96,27 +90,15 @@ def active_controller(nodes: list[KafkaBroker]) -> int | None:
     return None if best is None else best[1]
 
 
-class ClusterFaults:
+class ClusterFaults(RunnerParts):
     """Cluster faults while the job runs; mixed into ChaosRunner, which provides the waiting, the
     events and the job starts (and, through BrokerFaults, the frozen writer)."""
 
-    env: ChaosEnv
-    options: ChaosOptions
-    rng: random.Random
-    report: ChaosReport
-    faults_pending: bool
-
     if TYPE_CHECKING:
 
-        @property
-        def checkpoint(self) -> Path: ...
-        def _tick(self) -> None: ...
-        def _ready_then_wait(self, job: JobProcess, kind: str, seconds: float) -> JobProcess: ...
         def _freeze_writer(
             self, job: JobProcess, event: str
         ) -> tuple[JobProcess, tuple[int, int] | None]: ...
-
-        _event: Callable[..., None]
 
     def _cluster_fault(self, job: JobProcess, event: str) -> JobProcess | None:
         """Strike the cluster fault `event` ("<kind>@<moment>"); the job if it carried on, else

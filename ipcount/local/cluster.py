@@ -4,6 +4,7 @@ and for trying the cluster deployment on one machine (driver side; nothing runs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -146,19 +147,7 @@ class StandaloneCluster:
                 None,
             )
             for i in range(self.workers_wanted):
-                work_dir = self.base_dir / f"worker-{i}"
-                work_dir.mkdir(exist_ok=True)
-                port = free_port(self.host)
-                self.workers.append(
-                    self._spawn(
-                        f"worker-{i}",
-                        [WORKER_CLASS, self.master_url, "--host", self.host, "--port", "0"]
-                        + ["--webui-port", str(port), "--cores", str(self.cores)]
-                        + ["--memory", self.memory, "--work-dir", str(work_dir)],
-                        port,
-                        work_dir,
-                    )
-                )
+                self.workers.append(self._spawn_worker(i))
             self._wait_alive(deadline)
         except BaseException:
             self.stop()
@@ -167,6 +156,44 @@ class StandaloneCluster:
             "Spark standalone cluster %s with %d workers", self.master_url, len(self.workers)
         )
         return self
+
+    def _spawn_worker(self, i: int) -> Daemon:
+        work_dir = self.base_dir / f"worker-{i}"
+        work_dir.mkdir(exist_ok=True)
+        port = free_port(self.host)
+        return self._spawn(
+            f"worker-{i}",
+            [WORKER_CLASS, self.master_url, "--host", self.host, "--port", "0"]
+            + ["--webui-port", str(port), "--cores", str(self.cores)]
+            + ["--memory", self.memory, "--work-dir", str(work_dir)],
+            port,
+            work_dir,
+        )
+
+    def restart_worker(self, i: int, timeout: float = 90.0) -> Daemon:
+        """Start worker `i` again (after it died or was killed) with its work dir; return once
+        the master lists as many ALIVE workers as the cluster has.
+
+        Raises:
+            IpcountError: it did not register within `timeout`.
+        """
+        old = self.workers[i]
+        old.child.signal_group(signal.SIGKILL)  # whatever of it is left
+        old.child.reap()
+        new = self.workers[i] = self._spawn_worker(i)
+        deadline = time.monotonic() + timeout
+        # The master may list the dead worker as ALIVE for a while (spark.worker.timeout): wait
+        # for this one, by its web UI port.
+        while time.monotonic() < deadline:
+            if new.child.poll() is not None:
+                raise IpcountError(f"Spark {new.name} exited:\n{new.log_tail()}")
+            with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+                for w in self.status().get("workers", []):
+                    url = str(w.get("webuiaddress", ""))
+                    if w.get("state") == "ALIVE" and url.endswith(f":{new.webui_port}"):
+                        return new
+            time.sleep(0.5)
+        raise IpcountError(f"Spark {new.name} did not register within {timeout:g}s")
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, applications), from its web UI on `host`."""

@@ -1,12 +1,15 @@
 """The job on a Spark standalone cluster (a master and two workers on 127.0.0.1) through spark-submit,
 both ways of shipping the code: installed on every node (a continuous run through the container
 entry point, stopped by SIGTERM) and a zip passed with --py-files to an interpreter that has the
-dependencies but not ipcount (an --available-now run resuming from the same checkpoint)."""
+dependencies but not ipcount (an --available-now run resuming from the same checkpoint); and
+executors and a whole worker killed while the job runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -18,6 +21,7 @@ from urllib.parse import parse_qs, urlparse
 
 from confluent_kafka import Producer
 
+from ipcount.childproc import session_processes
 from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
@@ -55,6 +59,28 @@ def _settings_env(settings: Settings) -> dict[str, str]:
         # 2 executor cores in all: one stateful task each per micro-batch.
         "IPCOUNT_SPARK_SHUFFLE_PARTITIONS": "2",
     }
+
+
+def _spark_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a spark-submit against the test's cluster, its settings by env vars."""
+    env = {
+        **os.environ,
+        **_settings_env(settings),
+        "SPARK_CONF_DIR": str(ROOT / "conf"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **extra,
+    }
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    return env
+
+
+def _two_workers(tmp_path: Path) -> StandaloneCluster:
+    """A started master and two workers of one core each."""
+    cluster = StandaloneCluster(
+        tmp_path / "cluster", workers=2, cores=1, memory="1g", conf_dir=ROOT / "conf"
+    )
+    return cluster.start()
 
 
 def _start(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -179,18 +205,8 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
         "--conf", "spark.eventLog.compress=false",
         "--conf", f"spark.eventLog.dir=file://{events}",
     ]  # fmt: skip
-    env = {
-        **os.environ,
-        **_settings_env(settings),
-        "SPARK_CONF_DIR": str(ROOT / "conf"),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    env.pop("PYSPARK_DRIVER_PYTHON", None)
-    cluster = StandaloneCluster(
-        tmp_path / "cluster", workers=2, cores=1, memory="1g", conf_dir=ROOT / "conf"
-    )
-    cluster.start()
+    env = _spark_env(settings)
+    cluster = _two_workers(tmp_path)
     print(f"cluster up after {time.monotonic() - started:.1f}s")
     try:
         # 1. Installed on every node (same interpreter path), through the container entry point,
@@ -274,3 +290,128 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
             shipped = (executors[0] / "ipcount.zip").is_file()
             assert shipped == (app in second_app), (app, list(executors[0].iterdir()))
     print(f"standalone cluster test: {time.monotonic() - started:.1f}s")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def _kill_executor(worker_pid: int) -> list[int]:
+    """SIGKILL a worker's executor: its JVM and its Python workers (everything in the worker's
+    session but the worker JVM itself, which stays and reports the executor lost)."""
+    victims = [p for p in session_processes(worker_pid) if p != worker_pid]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return victims
+
+
+def _batches(checkpoint: Path, log: str) -> int:
+    d = checkpoint / log
+    return (
+        max((int(p.name) for p in d.iterdir() if p.name.isdigit()), default=-1)
+        if d.is_dir()
+        else -1
+    )
+
+
+def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ignore[no-untyped-def]
+    make_settings, tmp_path: Path
+) -> None:
+    """Five SIGKILLs of one worker's executor (its JVM and Python workers) at random moments of a
+    running micro-batch, then a SIGKILL of a whole worker (restarted after), while records flow:
+    the output is exact, and the job says what each loss cost (a task retry inside the batch, or
+    a query restart)."""
+    rng = random.Random(39)
+    settings = make_settings()
+    ensure_topics(settings)
+    checkpoint = Path(settings.job.checkpoint_location)
+    ledger = Ledger()
+    env = _spark_env(
+        settings,
+        PYSPARK_PYTHON=sys.executable,
+        IPCOUNT_JOB_TRIGGER_INTERVAL_SECONDS="1",
+        IPCOUNT_JOB_RESTART_DELAY_SECONDS="2",
+    )
+    cluster = _two_workers(tmp_path)
+    log = tmp_path / "job.log"
+    lines = []
+    try:
+        _produce(settings, ledger, 0, 2_000)
+        job = _start(
+            [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
+            + ["--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1"]
+            + ["--conf", "spark.cores.max=2", str(ROOT / "ipcount" / "__main__.py")]
+            + ["--config", str(ROOT / "conf" / "ipcount.toml"), "run"],
+            env,
+            tmp_path,
+            log,
+        )
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while _batches(checkpoint, "commits") < 0:
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no first batch in time"
+            time.sleep(0.5)
+        for i in range(6):
+            whole_worker = i == 5
+            _produce(settings, ledger, 30_000 * (i + 1), 2_000)
+            planned = _batches(checkpoint, "offsets")
+            deadline = time.monotonic() + RUN_TIMEOUT
+            # A batch with the new records is running: strike at a random moment inside it.
+            while _batches(checkpoint, "offsets") <= planned:
+                assert time.monotonic() < deadline, "no new batch planned"
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))
+            mid = _batches(checkpoint, "offsets") > _batches(checkpoint, "commits")
+            restarts = log.read_text(errors="replace").count("restarting the query")
+            worker = cluster.workers[i % 2]
+            t0 = time.monotonic()
+            if whole_worker:
+                worker.child.signal_group(signal.SIGKILL)
+                _kill_executor(worker.child.pid)
+                cluster.restart_worker(i % 2)
+            else:
+                assert _kill_executor(worker.child.pid), f"no executor on {worker.name}"
+            target = _batches(checkpoint, "offsets") + 1
+            while _batches(checkpoint, "commits") < target:
+                assert job.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no batch committed after the kill"
+                time.sleep(0.2)
+            cost = log.read_text(errors="replace").count("restarting the query") - restarts
+            lines.append(
+                f"{'worker' if whole_worker else 'executor'} kill {i + 1} on {worker.name} "
+                f"({'mid-batch' if mid else 'between batches'}): next batch committed "
+                f"{time.monotonic() - t0:.1f}s after, query restarts {cost}"
+            )
+        job.send_signal(signal.SIGTERM)
+        _finish(job, log, 90)
+    finally:
+        cluster.stop()
+        print("\n".join(lines))
+    # The last windows: the input is finished (a local run on the same checkpoint).
+    last = subprocess.run(
+        [sys.executable, "-m", "ipcount", "run", "--available-now", "--close-all-windows"],
+        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert last.returncode == 0, last.stderr[-3000:]
+    ledger.save(tmp_path / "ledger.jsonl")
+    verify = subprocess.run(
+        [sys.executable, "-m", "ipcount", "verify", "--ledger", str(tmp_path / "ledger.jsonl")],
+        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    summary = verify.stdout.strip().splitlines()[-1]
+    assert verify.returncode == 0 and summary.endswith("exact=true"), verify.stdout + verify.stderr
+    assert len(lines) == 6, lines

@@ -1,9 +1,11 @@
 """A short cluster round: `ipcount run` against a local three-node Apache Kafka cluster (`ipcount
-broker start --nodes 3`), the leader of the sink's partition 0 SIGKILLed while records flow; the
-output stays exact."""
+broker start --nodes 3`), the leader of the sink's partition 0 SIGKILLed while records flow, then
+(with that node back) the transaction coordinator of the job's transactional.id; the output stays
+exact."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +17,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from ipcount.chaos.check import query_id
+from ipcount.chaos.cluster_faults import TRANSACTION_TOPIC, coordinator_partition, wait_in_sync
 from ipcount.chaos.processes import last_committed_batch
 from ipcount.config import load_settings
 from ipcount.kafka.topics import ensure_topics
@@ -83,6 +87,40 @@ def test_ipcount_run_is_exact_through_a_leader_kill_on_three_nodes(
                 120,
             )
             assert job.poll() is None, log.read_text()[-3000:]
+            # The leader comes back; then the coordinator of the job's transactional.id dies.
+            cluster.node(leader).start(timeout=120)
+            # As an operator would: the next node goes only once every replica is in sync again.
+            wait_in_sync(cluster.bootstrap, 120)
+            tid = next(
+                m.group(1)
+                for m in re.finditer(
+                    r"transactional\.id (\S+) (?:ready|initialised)", log.read_text()
+                )
+                if str(query_id(checkpoint)) in m.group(1)
+            )
+            state = admin.list_topics(TRANSACTION_TOPIC, timeout=10).topics[TRANSACTION_TOPIC]
+            coordinator = state.partitions[coordinator_partition(tid, len(state.partitions))].leader
+            before = last_committed_batch(checkpoint) or 0
+            feed.round(40, 50)
+            cluster.node(coordinator).kill()
+            # Records of the next round go out once no partition is led by the dead node (what
+            # the job does meanwhile is the point: it works through the round before).
+            _wait(
+                f"partitions led by others than node {coordinator}",
+                lambda: all(
+                    p.leader not in (coordinator, -1)
+                    for name in (settings.topics.source, settings.topics.sink)
+                    for p in admin.list_topics(name, timeout=10).topics[name].partitions.values()
+                ),
+                60,
+            )
+            feed.round(50, 60)
+            after_coordinator = _wait(
+                "batches after the coordinator's kill",
+                lambda: (last_committed_batch(checkpoint) or 0) >= before + 2,
+                120,
+            )
+            assert job.poll() is None, log.read_text()[-3000:]
         finally:
             job.send_signal(signal.SIGTERM)
             job.wait(90)
@@ -93,7 +131,13 @@ def test_ipcount_run_is_exact_through_a_leader_kill_on_three_nodes(
         last = feed.verify(ipcount_cli, tmp_path)
         assert last.endswith("exact=true"), last
         restarts = [line for line in text.splitlines() if "restarting the query" in line]
-        # What the leader's kill cost the job (a query restart, or none): said, not yet asserted.
-        print(f"leader {leader} killed: two more batches in {after:.1f}s, restarts: {restarts}")
+        print(
+            f"leader {leader} killed: two more batches in {after:.1f}s; coordinator "
+            f"{coordinator} of {tid} killed: two more batches in {after_coordinator:.1f}s"
+        )
+        # What the two kills cost the job: said, not asserted. Leader and coordinator moves
+        # mostly cost a retry, but an offset lookup of the source can still answer "unknown"
+        # (-1001) for longer than its 30 s and restart the query (issue #39, left open).
+        print(f"query restarts: {len(restarts)}", *restarts, sep="\n")
     finally:
         cluster.stop()

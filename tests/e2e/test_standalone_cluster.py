@@ -343,12 +343,18 @@ def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ig
     lines = []
     try:
         _produce(settings, ledger, 0, 2_000)
+        # Through the container entry point, which hands SIGTERM to the Python driver (a plain
+        # spark-submit would die of it with 143).
         job = _start(
-            [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url]
-            + ["--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1"]
-            + ["--conf", "spark.cores.max=2", str(ROOT / "ipcount" / "__main__.py")]
-            + ["--config", str(ROOT / "conf" / "ipcount.toml"), "run"],
-            env,
+            [str(ROOT / "conf" / "docker-entrypoint.sh"), "job"],
+            {
+                **env,
+                "APP_DIR": str(ROOT),
+                "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml"),
+                "SPARK_MASTER_URL": cluster.master_url,
+                "SPARK_SUBMIT_EXTRA_ARGS": "--conf spark.executor.memory=512m "
+                "--conf spark.executor.cores=1 --conf spark.cores.max=2",
+            },
             tmp_path,
             log,
         )

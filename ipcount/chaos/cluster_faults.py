@@ -38,13 +38,17 @@ from ipcount.chaos.runner_parts import RunnerParts
 from ipcount.local_pipeline.children import JobProcess
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ipcount.local.kraft import KafkaBroker
     from ipcount.local.kraft_cluster import KafkaCluster
 
 __all__ = [
     "ClusterFaults",
     "active_controller",
+    "coordinator_node",
     "coordinator_partition",
+    "counting_transactional_id",
     "java_string_hash",
     "wait_in_sync",
     "QUERY_RESTART_LINE",
@@ -257,16 +261,30 @@ class ClusterFaults(RunnerParts):
         return int(md.topics[topic].partitions[0].leader)
 
     def _coordinator(self, cluster: KafkaCluster, job: JobProcess) -> tuple[str, int]:
-        """The counting query's transactional.id (from the job's log: the one naming the
-        checkpoint's query id) and the node that coordinates it."""
-        tids = [m.group("tid") for m in _TXN_READY.finditer(job.log_text())]
-        query = query_id(self.checkpoint) or ""
-        tid = next((t for t in tids if query and query in t), None)
-        tid = tid or (tids[0] if tids else f"ipcount-{query}")
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        md = admin.list_topics(TRANSACTION_TOPIC, timeout=10).topics[TRANSACTION_TOPIC]
-        part = md.partitions[coordinator_partition(tid, len(md.partitions))]
-        return tid, int(part.leader)
+        """The counting query's transactional.id and the node that coordinates it."""
+        log = job.log_text()
+        tid = counting_transactional_id(log, self.checkpoint)
+        if tid is None:
+            # Not logged yet: the first one the job logged, else the default of the query id.
+            tids = [m.group("tid") for m in _TXN_READY.finditer(log)]
+            tid = tids[0] if tids else f"ipcount-{query_id(self.checkpoint) or ''}"
+        return tid, coordinator_node(cluster.bootstrap, tid)
+
+
+def counting_transactional_id(log: str, checkpoint: str | Path) -> str | None:
+    """The counting query's transactional.id in a job's log: the one naming the checkpoint's
+    query id (None if none does)."""
+    query = query_id(checkpoint)
+    tids = (m.group("tid") for m in _TXN_READY.finditer(log))
+    return next((t for t in tids if query and query in t), None)
+
+
+def coordinator_node(bootstrap: str, transactional_id: str) -> int:
+    """The node id of the transaction coordinator of `transactional_id` (the leader of its
+    __transaction_state partition)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    md = admin.list_topics(TRANSACTION_TOPIC, timeout=10).topics[TRANSACTION_TOPIC]
+    return int(md.partitions[coordinator_partition(transactional_id, len(md.partitions))].leader)
 
 
 def wait_in_sync(bootstrap: str, timeout: float) -> None:

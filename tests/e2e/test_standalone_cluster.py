@@ -104,6 +104,22 @@ def _finish(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:
     return text
 
 
+def _verify(env: dict[str, str], ledger: Ledger, tmp_path: Path) -> str:
+    """`ipcount verify` against `ledger` (saved under tmp_path); asserts it exited 0; its last
+    line."""
+    ledger.save(tmp_path / "ledger.jsonl")
+    verify = subprocess.run(
+        [sys.executable, "-m", "ipcount", "verify", "--ledger", str(tmp_path / "ledger.jsonl")],
+        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    return verify.stdout.strip().splitlines()[-1]
+
+
 def _committed_results(settings: Settings) -> int:
     """How many (window, ip) counts a read_committed reader sees in the sink topic."""
     codec = make_codec(settings.sink.wire_format)
@@ -261,17 +277,7 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
     finally:
         cluster.stop()
 
-    ledger.save(tmp_path / "ledger.jsonl")
-    verify = subprocess.run(
-        [sys.executable, "-m", "ipcount", "verify", "--ledger", str(tmp_path / "ledger.jsonl")],
-        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert verify.returncode == 0, verify.stdout + verify.stderr
-    last = verify.stdout.strip().splitlines()[-1]
+    last = _verify(env, ledger, tmp_path)
     assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
     assert f"results={len(ledger.counts)}" in last
 
@@ -409,15 +415,6 @@ def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ig
         timeout=RUN_TIMEOUT,
     )
     assert last.returncode == 0, last.stderr[-3000:]
-    ledger.save(tmp_path / "ledger.jsonl")
-    verify = subprocess.run(
-        [sys.executable, "-m", "ipcount", "verify", "--ledger", str(tmp_path / "ledger.jsonl")],
-        env={**env, "IPCOUNT_CONFIG": str(ROOT / "conf" / "ipcount.toml")},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    summary = verify.stdout.strip().splitlines()[-1]
-    assert verify.returncode == 0 and summary.endswith("exact=true"), verify.stdout + verify.stderr
+    summary = _verify(env, ledger, tmp_path)
+    assert summary.endswith("exact=true"), summary
     assert len(lines) == 6, lines

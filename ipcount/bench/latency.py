@@ -19,6 +19,7 @@ from ipcount.errors import ConfigError, IpcountError
 
 if TYPE_CHECKING:
     from ipcount.bench.job_launcher import JobRun
+    from ipcount.bench.options import Say
     from ipcount.bench.workspace import BenchEnv
     from ipcount.config import Settings
 
@@ -128,8 +129,9 @@ def _timing(args: argparse.Namespace, settings: Settings) -> tuple[list[float], 
     return rates, t
 
 
-def run_latency(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the job (processing-time trigger) and the rate phases; print percentiles per rate."""
+def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
+    """Run the job (processing-time trigger) and the rate phases; percentiles per rate, a line
+    each to `say`."""
     from ipcount.bench.job_launcher import finish_job_child, start_job_child, stop_job_child
     from ipcount.bench.memory import MemorySampler
     from ipcount.bench.workspace import bench_env
@@ -153,14 +155,13 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
         phases: list[_Phase] = []
         try:
             query_s = _await_query(child, result_path) - launched
-            print(
+            say(
                 f"bench latency: broker {env.bootstrap}; job query started {query_s:.1f}s after "
                 f"launch; trigger {timing.trigger:g}s, window {timing.window:g}s, watermark delay "
                 f"{timing.delay:g}s, idle timeout {timing.idle_timeout:g}s; {args.ips} IPs, "
-                f"{args.partitions} partitions",
-                flush=True,
+                f"{args.partitions} partitions"
             )
-            _run_phases(env, overrides, watcher, rates, args, phases)
+            _run_phases(env, overrides, watcher, rates, args, phases, say)
             report = _verify_phases(run_settings, phases)
         except BaseException:
             stop_job_child(child)
@@ -175,10 +176,10 @@ def run_latency(args: argparse.Namespace, settings: Settings) -> int:
             child.send_signal(signal.SIGTERM)
         run = finish_job_child(child, sampler, launched, result_path, 300)
         for line in _report(phases, watcher.received, run.result, timing):
-            print(line, flush=True)
+            say(line)
         for line in _resource_lines(run):
-            print(line, flush=True)
-        print(f"bench latency: verify {report.summary()}", flush=True)
+            say(line)
+        say(f"bench latency: verify {report.summary()}")
     return 0 if report.exact else 1
 
 
@@ -202,9 +203,10 @@ def _run_phases(
     rates: list[float],
     args: argparse.Namespace,
     phases: list[_Phase],
+    say: Say,
 ) -> None:
     """The warm-up, then one generator per rate, back to back; appends each to `phases` as it
-    starts (so the caller stops them all on failure).
+    starts (so the caller stops them all on failure) and says so.
 
     The warm-up runs until the job has committed windows (Python workers started) and at least
     --warmup seconds passed; then it is stopped (SIGINT: flush, save ledger).
@@ -221,10 +223,9 @@ def _run_phases(
         if phases and not phases[-1].measured and phases[-1].proc is not None:
             phases[-1].proc.send_signal(signal.SIGINT)
         phases.append(phase)
-        print(
+        say(
             f"bench latency: {'phase' if measured else 'warm-up'} {rate:g}/s "
-            f"{f'for {duration:g}s ' if measured else ''}(event time from {start_ms})",
-            flush=True,
+            f"{f'for {duration:g}s ' if measured else ''}(event time from {start_ms})"
         )
         if measured:
             # Sleep until shortly before this phase ends, then start the next one.

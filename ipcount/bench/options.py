@@ -4,16 +4,21 @@ is built (bench process side)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ipcount.errors import ConfigError
 
 __all__ = [
     "SUSTAINED_BATCH_RECORDS",
     "SUSTAINED_RECORDS",
+    "Say",
     "THROUGHPUT_RECORDS",
     "sustained_overrides",
     "validate",
 ]
+
+# How a benchmark reports: one line at a time, to the caller (`ipcount bench` prints them).
+Say = Callable[[str], None]
 
 THROUGHPUT_RECORDS = 1_000_000
 # `ipcount bench sustained`: enough records for several data batches after the first, each of at

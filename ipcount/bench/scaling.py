@@ -19,6 +19,7 @@ from ipcount.bench.measure import (
     spark_pairs,
     synth_spec,
 )
+from ipcount.bench.options import Say
 from ipcount.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def _select(args: argparse.Namespace) -> list[Cell]:
 
 
 def _load_source(
-    env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, start_ms: int
+    env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, start_ms: int, say: Say
 ) -> _Source:
     """Create a source topic of this shape on env's broker and pre-load --records records."""
     from ipcount.bench.workspace import preload
@@ -145,16 +146,16 @@ def _load_source(
     spec = synth_spec(src, ips, skew, args.event_rate, args.seed)
     path = env.workdir / f"ledger-p{part}-i{ips}-s{skew:g}.jsonl"
     loaded = preload(src, args.records, spec, start_ms, path)
-    print(
+    say(
         f"bench scaling: loaded {args.records} records, {part} partitions, "
-        f"{ips} IPs skew {skew:g} in {loaded.seconds:.1f}s",
-        flush=True,
+        f"{ips} IPs skew {skew:g} in {loaded.seconds:.1f}s"
     )
     return _Source(overrides, Ledger.load(path), loaded.seconds)
 
 
-def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
-    """Run every selected cell (`--repeat` times, interleaved) and print the table."""
+def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
+    """Run every selected cell (`--repeat` times, interleaved); progress and the table, a line
+    each to `say`."""
     from ipcount.bench.workspace import DEFAULT_START_MS, bench_env
     from loadgen.generator import parse_start
 
@@ -162,7 +163,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     if args.list_cells:
         for c in cells:
             extra = " ".join([*c.settings, *(f"env.{k}={v}" for k, v in c.env)])
-            print(
+            say(
                 f"{c.name:<18} axis={c.axis:<22} partitions={c.partitions or args.partitions} "
                 f"ips={c.ips or args.ips} skew={args.skew if c.skew is None else c.skew:g} {extra}"
             )
@@ -185,11 +186,10 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
     with contextlib.ExitStack() as stack:
         shared = None if fresh else stack.enter_context(new_env())
         where = "a fresh local broker per cell" if shared is None else f"broker {shared.bootstrap}"
-        print(
+        say(
             f"bench scaling: {where}; {len(cells)} cells x {args.repeat}, "
             f"{args.records} records each"
-            + ("" if shared is None else f"; work dir {shared.workdir}"),
-            flush=True,
+            + ("" if shared is None else f"; work dir {shared.workdir}")
         )
         sources: dict[tuple[int, int, float], _Source] = {}
         for rep in range(args.repeat):
@@ -202,7 +202,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
                 with new_env() if shared is None else contextlib.nullcontext(shared) as env:
                     source = sources.get(shape)
                     if source is None:
-                        source = _load_source(env, shape, args, start_ms)
+                        source = _load_source(env, shape, args, start_ms, say)
                         if shared is not None:
                             sources[shape] = source
                     fig = measure_run(
@@ -212,12 +212,12 @@ def run_scaling(args: argparse.Namespace, settings: Settings) -> int:
                         timeout=args.timeout,
                     )  # fmt: skip
                 rows.append(_Row(cell, fig, shape))
-                print(f"bench scaling: [{cell.name} #{rep + 1}] {final_line(fig)}", flush=True)
+                say(f"bench scaling: [{cell.name} #{rep + 1}] {final_line(fig)}")
         for line in format_table(rows):
-            print(line)
+            say(line)
         if args.repeat > 1:
             for line in _medians(rows):
-                print(line)
+                say(line)
     return 0 if all(r.fig.exact for r in rows) else 1
 
 

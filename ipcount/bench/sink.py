@@ -8,6 +8,7 @@ import pickle
 import time
 import uuid
 
+from ipcount.bench.options import Say
 from ipcount.bench.workspace import own_broker
 from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
@@ -83,8 +84,9 @@ def bench_one(session: TxnSession, settings: Settings, batch_id: int, n: int) ->
     return {"encode": t1 - t0, "pickle": t2 - t1, "commit": t4 - t3}
 
 
-def run_sink(args: argparse.Namespace) -> int:
-    """`ipcount bench sink`: one transaction per --sizes entry (own broker unless --bootstrap)."""
+def run_sink(args: argparse.Namespace, say: Say) -> int:
+    """`ipcount bench sink`: one transaction per --sizes entry (own broker unless --bootstrap);
+    one line each to `say`."""
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
 
     with own_broker(args.bootstrap, "bench-sink-") as bootstrap:
@@ -105,17 +107,15 @@ def run_sink(args: argparse.Namespace) -> int:
         )
         t = time.perf_counter()
         session.start()
-        print(
+        say(
             f"broker {bootstrap}; sink partitions {args.partitions}; "
-            f"producer init + progress read {time.perf_counter() - t:.3f}s",
-            flush=True,
+            f"producer init + progress read {time.perf_counter() - t:.3f}s"
         )
         for batch_id, n in enumerate(sizes):
             r = bench_one(session, settings, batch_id, n)
-            print(
+            say(
                 f"results={n} encode={r['encode']:.3f}s ({n / r['encode']:,.0f}/s) "
                 f"pickle={r['pickle']:.3f}s commit={r['commit']:.3f}s "
-                f"committed_results_per_s={n / r['commit']:,.0f}",
-                flush=True,
+                f"committed_results_per_s={n / r['commit']:,.0f}"
             )
     return 0

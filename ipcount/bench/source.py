@@ -4,8 +4,8 @@ consumption of the same topic, in one run. Pre-loads N nginx access records into
 from __future__ import annotations
 
 import argparse
+import logging
 import random
-import sys
 import tempfile
 import time
 import uuid
@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from ipcount.bench.options import Say
 from ipcount.bench.workspace import own_broker
 from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
@@ -23,6 +24,8 @@ from ipcount.source.offsets import OffsetRange
 from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition
 
 __all__ = ["run_source"]
+
+logger = logging.getLogger(__name__)
 
 _PATHS = ("/", "/index.html", "/api/v1/items?page=2", "/static/app.js", "/login", "/cart/checkout")
 _REFERERS = ("-", "https://www.example.com/", "https://shop.example.com/products/42?ref=home")
@@ -168,27 +171,27 @@ def _spark_query(spark: Any, options: dict[str, str], n: int) -> dict[str, Any]:
     return {"wall": wall, "batches": len(progress), "phases": phases}
 
 
-def _report_spark(run: int, result: dict[str, Any], n: int) -> None:
+def _report_spark(run: int, result: dict[str, Any], n: int) -> list[str]:
     label = "cold" if run == 0 else "warm"
     busy = result["phases"].get("triggerExecution", 0.0)
-    print(
+    phases = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(result["phases"].items()))
+    return [
         f"spark source #{run + 1} {n / result['wall']:>9,.0f} records/s  (AvailableNow, count by "
         f"partition, {result['wall']:.1f} s wall with query start, {result['batches']} batches, "
-        f"{label} Python workers)"
-    )
-    print(f"  in batches     {n / busy:>10,.0f} records/s  (batch durations only)")
-    phases = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(result["phases"].items()))
-    print(f"  phases         {phases}")
+        f"{label} Python workers)",
+        f"  in batches     {n / busy:>10,.0f} records/s  (batch durations only)",
+        f"  phases         {phases}",
+    ]
 
 
-def run_source(args: argparse.Namespace) -> int:
-    """`ipcount bench source`: pre-load, then print each read rate (own broker unless
+def run_source(args: argparse.Namespace, say: Say) -> int:
+    """`ipcount bench source`: pre-load, then each read rate, a line to `say` (own broker unless
     --bootstrap)."""
     with own_broker(args.bootstrap, "bench-source-broker-") as bootstrap:
-        return _run(args, bootstrap)
+        return _run(args, bootstrap, say)
 
 
-def _run(args: argparse.Namespace, bootstrap: str) -> int:
+def _run(args: argparse.Namespace, bootstrap: str, say: Say) -> int:
     topic = f"bench-source-{uuid.uuid4().hex[:8]}"
     try:
         produce_rate, size = _preload(bootstrap, topic, args.partitions, args.records)
@@ -209,22 +212,24 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
         }
         if args.max_offsets_per_trigger:
             options["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
-        print(
+        say(
             f"records          {args.records:,} in {args.partitions} partitions "
             f"({size / args.records:.0f} B/record, {size / 1e6:.0f} MB); broker {bootstrap}"
         )
-        print(f"produce          {produce_rate:>10,.0f} records/s  (pre-load, one producer)")
+        say(f"produce          {produce_rate:>10,.0f} records/s  (pre-load, one producer)")
         raw = _raw_consume(bootstrap, topic, ends)
-        print(f"raw consume      {raw:>10,.0f} records/s  (confluent-kafka, 1 consumer)")
+        say(f"raw consume      {raw:>10,.0f} records/s  (confluent-kafka, 1 consumer)")
         read = _source_read(options, topic, ends)
-        print(f"source read()    {read:>10,.0f} records/s  (source executor read path, no Spark)")
+        say(f"source read()    {read:>10,.0f} records/s  (source executor read path, no Spark)")
         from ipcount.job.session import build_session
 
         settings = load_settings(None, env={}, overrides=[f"spark.master={args.master}"])
         session = build_session(settings, {"spark.sql.shuffle.partitions": "2"})
         try:
             for i in range(args.spark_runs):
-                _report_spark(i, _spark_query(session, options, args.records), args.records)
+                result = _spark_query(session, options, args.records)
+                for line in _report_spark(i, result, args.records):
+                    say(line)
         finally:
             session.stop()
         return 0
@@ -235,4 +240,4 @@ def _run(args: argparse.Namespace, bootstrap: str) -> int:
                 for fut in admin.delete_topics([topic]).values():
                     fut.result(timeout=30)
             except KafkaException as exc:
-                print(f"could not delete benchmark topic {topic}: {exc}", file=sys.stderr)
+                logger.warning("could not delete benchmark topic %s: %s", topic, exc)

@@ -214,17 +214,23 @@ def _run_scaling(args: argparse.Namespace, settings: Settings) -> int:
 def _run_source(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.bench.source import run_source
 
-    return _guarded(lambda a, _s: run_source(a), args, settings)
+    return _guarded(lambda a, _s, say: run_source(a, say), args, settings)
 
 
 def _run_sink(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.bench.sink import run_sink
 
-    return _guarded(lambda a, _s: run_sink(a), args, settings)
+    return _guarded(lambda a, _s, say: run_sink(a, say), args, settings)
+
+
+def _say(line: str) -> None:
+    """What a benchmark reports goes to stdout, a line at a time as it comes."""
+    print(line, flush=True)
 
 
 def _guarded(run: Any, args: argparse.Namespace, settings: Settings) -> int:
-    """Check the extra and the options, then run with SIGTERM as an interrupt (cleanup runs)."""
+    """Check the extra and the options, then run with SIGTERM as an interrupt (cleanup runs);
+    the benchmark's lines are printed."""
     from ipcount.bench.job_launcher import sigterm_as_interrupt
     from ipcount.bench.options import validate
     from loadgen.extras import require
@@ -232,4 +238,4 @@ def _guarded(run: Any, args: argparse.Namespace, settings: Settings) -> int:
     require("ipcount bench", "bench", "psutil")
     validate(args)
     with sigterm_as_interrupt():
-        return int(run(args, settings))
+        return int(run(args, settings, _say))

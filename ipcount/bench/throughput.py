@@ -14,7 +14,7 @@ from ipcount.bench.measure import (
     spark_pairs,
     synth_spec,
 )
-from ipcount.bench.options import sustained_overrides
+from ipcount.bench.options import Say, sustained_overrides
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
     from ipcount.config import Settings
@@ -119,10 +119,10 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
+def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> int:
     """Pre-load N records (synth's generator, fixed historical event time), run the job with
     Trigger.AvailableNow in its own process until every window is committed, verify the sink
-    against the ledger.
+    against the ledger; each line of the report goes to `say`.
 
     The last line is `bench: records=N seconds=S events_per_s=R results=K exact=true
     sustained_events_per_s=X launch_to_visible_s=Y`, where S runs from the query's start on a
@@ -144,21 +144,19 @@ def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
             "bench", f"topics.source_partitions={args.partitions}", *sustained_overrides(args)
         )
         spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
-        print(
+        say(
             f"bench: broker {env.bootstrap}{'' if env.own_broker else ' (given)'}; loading "
             f"{args.records} records into {src.topics.source} ({args.partitions} partitions, "
             f"{args.ips} IPs skew {args.skew:g}, {args.event_rate:g} records per event-time "
-            f"second from {start_ms})",
-            flush=True,
+            f"second from {start_ms})"
         )
         if args.keep:
-            print(f"bench: work directory (kept): {env.workdir}", flush=True)
+            say(f"bench: work directory (kept): {env.workdir}")
         ledger_path = env.workdir / "ledger.jsonl"
         loaded = preload(src, args.records, spec, start_ms, ledger_path)
-        print(
+        say(
             f"bench: loaded records={loaded.records} load_s={loaded.seconds:.1f} "
-            f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)",
-            flush=True,
+            f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)"
         )
         ledger = Ledger.load(ledger_path)
         fig = measure_run(
@@ -166,6 +164,6 @@ def run_throughput(args: argparse.Namespace, settings: Settings) -> int:
             event_log=not args.no_event_log, timeout=args.timeout,
         )  # fmt: skip
         for line in report_lines(fig, args.verbose):
-            print(line, flush=True)
-        print(final_line(fig), flush=True)
+            say(line)
+        say(final_line(fig))
     return 0 if fig.exact else 1

@@ -2,9 +2,10 @@
 --help."""
 
 import argparse
+from pathlib import Path
 from typing import TypeAlias
 
-__all__ = ["SubParsers", "add_action_parser"]
+__all__ = ["SubParsers", "add_action_parser", "add_local_run_options"]
 
 # What `register` receives: the root parser's add_subparsers() (argparse keeps its class private).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -17,3 +18,21 @@ def add_action_parser(
     p = sub.add_parser(name, help=help, description=description)
     p.add_argument("action", choices=actions)
     return p
+
+
+def add_local_run_options(
+    p: argparse.ArgumentParser, command: str, run_dir: str, holds: str, broker_note: str = ""
+) -> None:
+    """Where a long local run (`ipcount chaos`, `ipcount soak`) keeps its files, and whether it
+    starts its own broker: --work-dir (default .ipcount/COMMAND) and --use-configured-broker."""
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(f".ipcount/{command}"),
+        help=f"each run goes to WORK_DIR/{run_dir}-<id>: {holds}",
+    )
+    p.add_argument(
+        "--use-configured-broker",
+        action="store_true",
+        help="use kafka.bootstrap_servers instead of starting a broker" + broker_note,
+    )

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_local_run_options
 from ipcount.config import Settings
 
 __all__ = ["register", "run", "ORDER"]
@@ -91,19 +90,11 @@ def register(sub: SubParsers) -> None:
     add("--ips", "ips", int, "distinct client IPs (default 200)")
     add("--late-fraction", "late_fraction", float, "late records (default 0.002)")
     add("--malformed-fraction", "malformed_fraction", float, "malformed (default 0.002)")
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        default=Path(".ipcount/chaos"),
-        help="each run goes to WORK_DIR/run-<id>: logs, ledgers, checkpoint, broker data",
-    )
-    p.add_argument(
-        "--use-configured-broker",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="use kafka.bootstrap_servers instead of starting a broker; it is restarted only if "
-        "it is the local [broker] of `ipcount broker start`",
-    )
+    # --use-configured-broker defaults to ChaosOptions' own default (False).
+    add_local_run_options(
+        p, "chaos", "run", "logs, ledgers, checkpoint, broker data",
+        broker_note="; it is restarted only if it is the local [broker] of `ipcount broker start`",
+    )  # fmt: skip
     add("--idle-timeout", "idle_timeout_seconds", float, "job.idle_timeout_seconds (default 3)")
     add("--trigger-interval", "trigger_interval_seconds", float, "job.trigger_interval_seconds")
     add("--broker-downtime", "broker_downtime_seconds", float, "seconds the broker stays down")

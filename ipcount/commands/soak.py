@@ -4,9 +4,8 @@ minutes, and report per interval what must stay flat in its age; verify exactly 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_local_run_options
 from ipcount.config import Settings
 
 __all__ = ["register", "run", "ORDER"]
@@ -44,17 +43,7 @@ def register(sub: SubParsers) -> None:
     p.add_argument(
         "--trigger-interval", type=float, default=1.0, help="job.trigger_interval_seconds (1)"
     )
-    p.add_argument(
-        "--work-dir",
-        type=Path,
-        default=Path(".ipcount/soak"),
-        help="each run goes to WORK_DIR/soak-<id>: logs, ledger, checkpoint, samples.jsonl",
-    )
-    p.add_argument(
-        "--use-configured-broker",
-        action="store_true",
-        help="use kafka.bootstrap_servers instead of starting a broker",
-    )
+    add_local_run_options(p, "soak", "soak", "logs, ledger, checkpoint, samples.jsonl")
     p.set_defaults(func=run)
 
 

@@ -50,7 +50,6 @@ __all__ = [
     "coordinator_partition",
     "counting_transactional_id",
     "java_string_hash",
-    "wait_in_sync",
     "QUERY_RESTART_LINE",
 ]
 
@@ -253,7 +252,7 @@ class ClusterFaults(RunnerParts):
         with ThreadPoolExecutor(len(nodes), thread_name_prefix="ipcount-chaos-node") as pool:
             list(pool.map(lambda n: cluster.node(n).start(timeout=timeout), nodes))
         cluster.wait_whole(timeout)
-        wait_in_sync(cluster.bootstrap, timeout + 60)
+        cluster.wait_in_sync(timeout + 60)
 
     def _sink_leader(self, cluster: KafkaCluster) -> int:
         topic = self.env.settings.topics.sink
@@ -285,31 +284,6 @@ def coordinator_node(bootstrap: str, transactional_id: str) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     md = admin.list_topics(TRANSACTION_TOPIC, timeout=10).topics[TRANSACTION_TOPIC]
     return int(md.partitions[coordinator_partition(transactional_id, len(md.partitions))].leader)
-
-
-def wait_in_sync(bootstrap: str, timeout: float) -> None:
-    """Wait until every partition's in-sync replicas are all its replicas (a rolling restart
-    takes the next node only then); logs and returns after `timeout` seconds regardless."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout
-    lagging: list[str] = []
-    while time.monotonic() < deadline:
-        try:
-            md = admin.list_topics(timeout=10)
-        except Exception as exc:  # noqa: BLE001 - a cluster still settling: ask again
-            logger.info("metadata not yet available: %s", exc)
-            time.sleep(0.5)
-            continue
-        lagging = [
-            f"{t.topic}[{p.id}]"
-            for t in md.topics.values()
-            for p in t.partitions.values()
-            if len(p.isrs) < len(p.replicas) or p.leader < 0
-        ]
-        if not lagging:
-            return
-        time.sleep(0.5)
-    logger.warning("partitions still not in sync after %gs: %s", timeout, ", ".join(lagging[:10]))
 
 
 def _resume(pid: int) -> None:

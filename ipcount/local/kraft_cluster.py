@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ipcount.errors import BrokerError
-from ipcount.kafka.client import wait_for_metadata
+from ipcount.kafka.client import admin_client, wait_for_metadata
 from ipcount.local.broker import BrokerStatus, free_port
 from ipcount.local.kafka_jars import KAFKA_VERSION
 from ipcount.local.kraft import KafkaBroker, new_cluster_id
@@ -163,6 +163,38 @@ class KafkaCluster:
             f"the local cluster lists {seen} of its {self.nodes} brokers after {timeout:g}s; "
             f"see the nodes' logs under {self.data_dir}"
         )
+
+    def wait_in_sync(self, timeout: float) -> bool:
+        """Wait until every partition has a leader and all its replicas in sync (a rolling restart
+        takes the next node only then).
+
+        Returns:
+            True once in sync; False after `timeout` seconds (logged with the lagging partitions,
+            not raised: a caller riding through faults goes on).
+        """
+        admin = admin_client({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout
+        lagging: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                md = admin.list_topics(timeout=10)
+            except Exception as exc:  # noqa: BLE001 - a cluster still settling: ask again
+                logger.info("metadata not yet available: %s", exc)
+                time.sleep(0.5)
+                continue
+            lagging = [
+                f"{t.topic}[{p.id}]"
+                for t in md.topics.values()
+                for p in t.partitions.values()
+                if len(p.isrs) < len(p.replicas) or p.leader < 0
+            ]
+            if not lagging:
+                return True
+            time.sleep(0.5)
+        logger.warning(
+            "partitions still not in sync after %gs: %s", timeout, ", ".join(lagging[:10])
+        )
+        return False
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop every node by its PID, all at once (one at a time, the last would wait for a

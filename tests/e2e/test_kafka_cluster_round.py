@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from ipcount.chaos.cluster_faults import coordinator_node, counting_transactional_id, wait_in_sync
+from ipcount.chaos.cluster_faults import coordinator_node, counting_transactional_id
 from ipcount.chaos.processes import last_committed_batch
 from ipcount.config import load_settings
 from ipcount.kafka.topics import ensure_topics
@@ -102,7 +102,7 @@ def test_ipcount_run_is_exact_through_a_leader_kill_on_three_nodes(
             # The leader comes back; then the coordinator of the job's transactional.id dies.
             cluster.node(leader).start(timeout=120)
             # As an operator would: the next node goes only once every replica is in sync again.
-            wait_in_sync(cluster.bootstrap, 120)
+            cluster.wait_in_sync(120)
             tid = counting_transactional_id(log.read_text(), checkpoint)
             assert tid is not None, log.read_text()[-3000:]
             coordinator = coordinator_node(cluster.bootstrap, tid)

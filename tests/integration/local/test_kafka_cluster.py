@@ -188,14 +188,14 @@ def test_the_sources_offset_lookups_ride_through_a_leader_that_comes_back(
             ):
                 assert time.monotonic() < deadline, "no new leader"
                 time.sleep(0.5)
+            # The killed node's replicas are out of sync while it is down: a bounded wait says so.
+            assert not cluster.wait_in_sync(1)
             cluster.node(leader).start(timeout=120)
             tp = TopicPartition(topic, 0)
-            while True:
-                part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-                if len(part.isrs) == 3:
-                    break
-                assert time.monotonic() < deadline + 60, f"not back in sync: {part.isrs}"
-                time.sleep(0.5)
+            # Every replica of every partition back in sync (what a rolling restart waits for).
+            assert cluster.wait_in_sync(60), "the restarted node did not catch up within 60 s"
+            part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+            assert sorted(part.isrs) == [1, 2, 3], part.isrs
             admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
             while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader != leader:
                 assert time.monotonic() < deadline + 120, "the preferred leader was not elected"

@@ -57,14 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ipcount {__version__}")
     add_settings_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = []
-    for info in pkgutil.iter_modules(ipcount.commands.__path__):
-        if not info.name.startswith("_"):
-            modules.append(importlib.import_module(f"ipcount.commands.{info.name}"))
+    modules = {
+        info.name: importlib.import_module(f"ipcount.commands.{info.name}")
+        for info in pkgutil.iter_modules(ipcount.commands.__path__)
+        if not info.name.startswith("_")
+    }
     # The benchmarks are a package of their own, above the commands (they run the whole pipeline).
-    modules.append(importlib.import_module("ipcount.bench.subcommands"))
-    for module in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
-        module.register(sub)
+    modules["bench"] = importlib.import_module("ipcount.bench.subcommands")
+    order = ipcount.commands.HELP_ORDER
+    for name in sorted(modules, key=lambda n: order.index(n) if n in order else len(order)):
+        modules[name].register(sub)
     return parser
 
 

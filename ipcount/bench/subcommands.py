@@ -11,9 +11,8 @@ from ipcount.bench.options import SUSTAINED_BATCH_RECORDS, SUSTAINED_RECORDS, TH
 if TYPE_CHECKING:
     from ipcount.config import Settings
 
-__all__ = ["ORDER", "register"]
+__all__ = ["register"]
 
-ORDER = 48
 
 _FINAL = (
     "The last line is 'bench: records=N seconds=S events_per_s=R results=K exact=true "
@@ -42,30 +41,24 @@ def register(sub: Any) -> None:
 
 
 def _throughput(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "throughput",
+    _pre_loaded_run(
+        kinds, "throughput", THROUGHPUT_RECORDS,
         help="pre-load N records, run the job (AvailableNow) until every window is committed",
         description="Pre-load --records records (synth's generator, fixed historical event time), "
         "run the job with --available-now in its own process until every window is committed, "
         "verify exactness. " + _FINAL,
-    )
-    _load_options(p, f"records (default {THROUGHPUT_RECORDS:,})")
-    _run_options(p)
-    p.set_defaults(func=_run_pipeline, sustained=False, records_default=THROUGHPUT_RECORDS)
+    )  # fmt: skip
 
 
 def _sustained(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "sustained",
+    _pre_loaded_run(
+        kinds, "sustained", SUSTAINED_RECORDS, sustained=True,
         help="the throughput benchmark sized for a steady state (5M records, 500k per batch)",
         description=f"The throughput benchmark with --records defaulting to "
         f"{SUSTAINED_RECORDS:,} and a batch reading at most {SUSTAINED_BATCH_RECORDS:,} of them "
         "(unless --set job.max_offsets_per_trigger=...), so the last line's "
         "sustained_events_per_s= and cores_busy steady= cover several data batches. " + _FINAL,
-    )
-    _load_options(p, f"records (default {SUSTAINED_RECORDS:,})")
-    _run_options(p)
-    p.set_defaults(func=_run_pipeline, sustained=True, records_default=SUSTAINED_RECORDS)
+    )  # fmt: skip
 
 
 def _latency(kinds: Any) -> None:
@@ -93,16 +86,14 @@ def _latency(kinds: Any) -> None:
 
 
 def _scaling(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "scaling",
+    p = _pre_loaded_run(
+        kinds, "scaling", THROUGHPUT_RECORDS, per_cell=True, verbose=False, run=_run_scaling,
         help="events/s vs partitions, distinct IPs, maxOffsetsPerTrigger, shuffle partitions, "
         "state store; time per phase and peak memory, as a table",
         description="One verified AvailableNow run per cell, one thing varied at a time from the "
         "throughput benchmark's baseline; a fresh local broker per cell (with --bootstrap, each "
         "shape's source is loaded once and re-read).",
-    )
-    _load_options(p, f"records per cell (default {THROUGHPUT_RECORDS:,})")
-    _run_options(p, verbose=False)
+    )  # fmt: skip
     p.add_argument("--cells", help="comma list of cells to run (default: all; see --list-cells)")
     p.add_argument("--list-cells", action="store_true", help="print the cells and exit")
     p.add_argument(
@@ -113,7 +104,6 @@ def _scaling(kinds: Any) -> None:
     p.add_argument(
         "--repeat", type=int, default=1, help="run the cells this many times, interleaved"
     )  # fmt: skip
-    p.set_defaults(func=_run_scaling, sustained=False, records_default=THROUGHPUT_RECORDS)
 
 
 def _source(kinds: Any) -> None:
@@ -152,6 +142,28 @@ def _sink(kinds: Any) -> None:
     p.add_argument("--bootstrap", help="use this broker (default: a local IPCOUNT_BROKER_KIND one)")
     p.add_argument("--partitions", type=int, default=3, help="sink topic partitions (default 3)")
     p.set_defaults(func=_run_sink)
+
+
+def _pre_loaded_run(
+    kinds: Any,
+    name: str,
+    records: int,
+    *,
+    help: str,
+    description: str,
+    sustained: bool = False,
+    per_cell: bool = False,
+    verbose: bool = True,
+    run: Any = None,
+) -> argparse.ArgumentParser:
+    """A benchmark that pre-loads --records (default `records`, per cell if `per_cell`) and
+    measures AvailableNow runs of the job (`run`, default the throughput run): throughput,
+    sustained, scaling."""
+    p = kinds.add_parser(name, help=help, description=description)
+    _load_options(p, f"records{' per cell' if per_cell else ''} (default {records:,})")
+    _run_options(p, verbose)
+    p.set_defaults(func=run or _run_pipeline, sustained=sustained, records_default=records)
+    return p
 
 
 def _load_options(p: argparse.ArgumentParser, records_help: str) -> None:

@@ -1,11 +1,27 @@
-"""One module per `ipcount` subcommand; each defines `register(subparsers)` and an ORDER for
---help."""
+"""One module per `ipcount` subcommand; each defines `register(subparsers)`. HELP_ORDER is their
+order in `ipcount --help`."""
 
 import argparse
 from pathlib import Path
 from typing import TypeAlias
 
-__all__ = ["SubParsers", "add_action_parser", "add_local_run_options"]
+__all__ = ["HELP_ORDER", "SubParsers", "add_action_parser", "add_local_run_options"]
+
+# `ipcount --help` lists the subcommands in this order: first tries, the job, reading its output,
+# then operations and proofs (`bench` is ipcount.bench.subcommands). One not named here goes last.
+HELP_ORDER = (
+    "demo",
+    "run",
+    "consume",
+    "top",
+    "dashboard",
+    "verify",
+    "topics",
+    "chaos",
+    "soak",
+    "bench",
+    "broker",
+)
 
 # What `register` receives: the root parser's add_subparsers() (argparse keeps its class private).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

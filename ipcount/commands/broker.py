@@ -14,9 +14,7 @@ from ipcount.local.kafka_jars import KAFKA_VERSION
 from ipcount.local.kinds import BROKER_KINDS, configured_broker
 from ipcount.local.kraft_cluster import MAX_NODES, KafkaCluster
 
-__all__ = ["register", "ORDER"]
-
-ORDER = 50
+__all__ = ["register"]
 
 
 def register(sub: SubParsers) -> None:

@@ -10,9 +10,8 @@ from typing import Any
 from ipcount.commands import SubParsers, add_local_run_options
 from ipcount.config import Settings
 
-__all__ = ["register", "run", "ORDER"]
+__all__ = ["register", "run"]
 
-ORDER = 45
 
 _DESCRIPTION = (
     "Start a local broker (or use the configured one), fresh topics, `loadgen synth` and the "

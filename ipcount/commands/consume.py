@@ -18,9 +18,8 @@ from ipcount.config import Settings
 from ipcount.formats.avro import IpCount, make_codec
 from ipcount.kafka.topic_reader import SinkRecord, TopicReader, decode_records
 
-__all__ = ["register", "run", "ORDER"]
+__all__ = ["register", "run"]
 
-ORDER = 20
 
 _HEADER = (
     f"{'window_start':24} {'window_end':24} {'ip':39} {'count':>8} {'partition':>9} {'offset':>10}"

@@ -14,9 +14,7 @@ from ipcount.dashboard.scrape import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
 from ipcount.observe.httpserve import http_limits
 
-__all__ = ["register", "run", "ORDER"]
-
-ORDER = 23
+__all__ = ["register", "run"]
 
 
 def register(sub: SubParsers) -> None:

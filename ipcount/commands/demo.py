@@ -20,9 +20,8 @@ from ipcount.local.broker import LocalBroker
 from ipcount.local_pipeline.children import child_env
 from ipcount.local_pipeline.steps import LocalPipeline
 
-__all__ = ["register", "ORDER"]
+__all__ = ["register"]
 
-ORDER = 5
 
 _BROKER_NAMES = {
     "kafka": "a local Apache Kafka broker (KRaft, one node; broker.kind = kafka)",

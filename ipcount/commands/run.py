@@ -8,9 +8,7 @@ from ipcount.commands import SubParsers
 from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
 
-__all__ = ["register", "ORDER"]
-
-ORDER = 10
+__all__ = ["register"]
 
 
 def register(sub: SubParsers) -> None:

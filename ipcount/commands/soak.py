@@ -8,9 +8,8 @@ import argparse
 from ipcount.commands import SubParsers, add_local_run_options
 from ipcount.config import Settings
 
-__all__ = ["register", "run", "ORDER"]
+__all__ = ["register", "run"]
 
-ORDER = 46
 
 _DESCRIPTION = (
     "Start a local broker (or use the configured one), fresh topics, `loadgen synth` at --rate "

@@ -16,9 +16,8 @@ from ipcount.dashboard.model import WindowBook
 from ipcount.dashboard.text import TopPrinter, count_forgotten
 from ipcount.errors import BrokerError
 
-__all__ = ["register", "run", "ORDER"]
+__all__ = ["register", "run"]
 
-ORDER = 22
 
 _KEEP = 720  # --keep's default
 # Without a record or a moved position for this long while behind, reading has stalled.

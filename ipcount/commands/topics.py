@@ -8,9 +8,7 @@ from ipcount.commands import SubParsers, add_action_parser
 from ipcount.config import Settings
 from ipcount.kafka.topics import ensure_topics, missing_topics, topic_specs
 
-__all__ = ["register", "ORDER"]
-
-ORDER = 40
+__all__ = ["register"]
 
 
 def register(sub: SubParsers) -> None:

@@ -11,9 +11,7 @@ from ipcount.verify.compare import verify_sink
 from ipcount.verify.ledger import Ledger
 from ipcount.verify.watermark import sink_watermark
 
-__all__ = ["register", "run", "ORDER"]
-
-ORDER = 30
+__all__ = ["register", "run"]
 
 
 def register(sub: SubParsers) -> None:

@@ -38,6 +38,7 @@ def register(sub: Any) -> None:
     _scaling(kinds)
     _source(kinds)
     _sink(kinds)
+    _costs(kinds)
 
 
 def _throughput(kinds: Any) -> None:
@@ -166,6 +167,21 @@ def _pre_loaded_run(
     return p
 
 
+def _costs(kinds: Any) -> None:
+    p = kinds.add_parser(
+        "costs",
+        help="CPU per record of each step of a read task (fetch, parse, combine, hand-off) and of "
+        "the JVM side, as a table",
+        description="Pre-load --records records (synth's generator), profile one counting read "
+        "task per partition with the job's own functions (CPU time per step), then run the job "
+        "over the same records once for the JVM side's per-stage figures (unless --no-job).",
+    )
+    _load_options(p, "records (default 500,000)")
+    _run_options(p, verbose=False)
+    p.add_argument("--no-job", action="store_true", help="the Python side only (no Spark run)")
+    p.set_defaults(func=_run_costs, records_default=500_000)
+
+
 def _load_options(p: argparse.ArgumentParser, records_help: str) -> None:
     """The pre-loaded source's shape."""
     p.add_argument("--records", type=int, help=records_help)
@@ -238,6 +254,12 @@ def _run_sink(args: argparse.Namespace, settings: Settings) -> int:
 def _say(line: str) -> None:
     """What a benchmark reports goes to stdout, a line at a time as it comes."""
     print(line, flush=True)
+
+
+def _run_costs(args: argparse.Namespace, settings: Settings) -> int:
+    from ipcount.bench.costs import run_costs
+
+    return _guarded(run_costs, args, settings)
 
 
 def _guarded(run: Any, args: argparse.Namespace, settings: Settings) -> int:

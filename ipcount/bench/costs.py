@@ -1,0 +1,263 @@
+"""`ipcount bench costs`: the CPU each step of a counting read task costs per record at steady
+state, measured on records pre-loaded to a real broker with the job's own functions, and the
+JVM side's per-stage figures from one run of the job over them (bench process)."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import io
+import os
+import pstats
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+import pyarrow as pa
+from confluent_kafka import Message
+
+from ipcount.bench.measure import RunFigures, measure_run, spark_pairs, synth_spec
+from ipcount.bench.workspace import DEFAULT_START_MS, bench_env, preload
+from ipcount.source.combiner import Combiner
+from ipcount.source.counting_task import batch_rules, read_task
+from ipcount.source.offsets import OffsetRange
+from ipcount.source.options import SourceOptions, parse_options, source_options
+from ipcount.source.partition_reader import read_messages
+
+if TYPE_CHECKING:
+    from ipcount.config import Settings
+
+__all__ = ["COST_ROWS", "run_costs"]
+
+# The table's rows in order: (key, label, what it covers).
+COST_ROWS = (
+    ("fetch", "librdkafka fetch (its own threads)",
+     "the process's CPU less the task thread's while it read: fetch, decompress, queue"),
+    ("consume", "consume(): Message objects",
+     "read_messages in the task's thread: consume() builds one Message per record, offsets"),
+    ("value", ".value() of each message", "[m.value() for m in msgs]: one bytes object each"),
+    ("arrow", "Arrow binary array", "pa.array(values, pa.binary())"),
+    ("decode", "UTF-8 check", "null mask, cast to string (Arrow validates UTF-8)"),
+    ("match", "line regex (RE2, whole line)", "match_substring_regex(LINE_PATTERN_RE2)"),
+    ("prefix", "prefix capture (IP and time text)", "extract_regex(PREFIX_PATTERN_RE2)"),
+    ("clients", "IP canonicalisation", "dictionary-encode the IP texts; client_ip per new text"),
+    ("times", "time parse ($time_local)",
+     "dictionary-encode the time texts; parse_time_local per new text"),
+    ("verdicts", "verdicts", "the verdict, event time and client columns (numpy)"),
+    ("combine", "combine: window, late, group-by per chunk", "Combiner.add less the parse"),
+    ("merge", "task merge: group-by, sort, output rows", "Combiner.result"),
+    ("handoff", "hand-off to the JVM (Arrow IPC write)",
+     "pyspark's records_to_arrow_batches and ArrowStreamSerializer into memory (no socket)"),
+)  # fmt: skip
+# cProfile's functions whose cumulative time is a row, by (module file, function name).
+_PROFILED = {
+    "decode": ("arrow_parse.py", "_decode"),
+    "match": ("arrow_parse.py", "_match_lines"),
+    "prefix": ("arrow_parse.py", "_prefix_fields"),
+    "clients": ("arrow_parse.py", "_clients"),
+    "times": ("arrow_parse.py", "_event_times"),
+    "verdicts": ("arrow_parse.py", "_verdicts"),
+}
+_ADD, _PARSE = ("combiner.py", "add"), ("arrow_parse.py", "parse")
+_T = TypeVar("_T")
+
+
+@dataclass
+class _Costs:
+    """CPU seconds per row key, over `records` records."""
+
+    records: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    chunks: int = 0
+
+    def add(self, key: str, seconds: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+
+    def us(self, key: str) -> float:
+        return self.seconds.get(key, 0.0) * 1e6 / self.records if self.records else 0.0
+
+
+def _timed(costs: _Costs, key: str, step: Callable[[], _T]) -> _T:
+    """`step()`, its CPU time (this thread's) added to row `key`."""
+    t0 = time.thread_time()
+    out = step()
+    costs.add(key, time.thread_time() - t0)
+    return out
+
+
+def _hand_off(options: SourceOptions, batches: Iterable[pa.RecordBatch]) -> int:
+    """What pyspark's data source worker does with a read task's batches before the socket:
+    check them against the schema and write them as an Arrow stream. Returns the bytes."""
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
+
+    from ipcount.source.reader import KafkaDataSource
+    from ipcount.source.schema import COUNTS_SCHEMA
+
+    source = KafkaDataSource({"subscribe": ",".join(options.topics)})
+    out = io.BytesIO()
+    checked = records_to_arrow_batches(iter(batches), 10_000, COUNTS_SCHEMA, source)
+    ArrowStreamSerializer(write_start_stream=True).dump_stream(checked, out)
+    return out.tell()
+
+
+def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> None:
+    """One read task of output=counts, step by step as counting_task.read_task runs it: the
+    per-record steps timed directly, the chunk steps (parse, combine) under cProfile."""
+    combiner = Combiner(batch_rules(options, None, None))
+    profile = cProfile.Profile(time.thread_time)
+    proc0, thread0 = time.process_time(), time.thread_time()
+    chunks: Iterator[list[Message]] = read_messages(options, rng)
+    while True:
+        msgs = _timed(costs, "consume", lambda: next(chunks, None))
+        if msgs is None:
+            break
+        values = _timed(costs, "value", lambda: [m.value() for m in msgs])  # noqa: B023
+        array = _timed(costs, "arrow", lambda: pa.array(values, pa.binary()))  # noqa: B023
+        costs.records += len(msgs)
+        costs.chunks += 1
+        profile.runcall(combiner.add, array)
+    result = _timed(costs, "merge", combiner.result)
+    _timed(costs, "handoff", lambda: _hand_off(options, [result]))
+    costs.add("fetch", (time.process_time() - proc0) - (time.thread_time() - thread0))
+    stats = pstats.Stats(profile)
+    cumulative = {
+        (os.path.basename(path), name): ct
+        for (path, _, name), (_, _, _, ct, _) in stats.stats.items()  # type: ignore[attr-defined]
+    }
+    for key, where in _PROFILED.items():
+        costs.add(key, cumulative.get(where, 0.0))
+    costs.add("combine", cumulative.get(_ADD, 0.0) - cumulative.get(_PARSE, 0.0))
+
+
+def _plain_task(options: SourceOptions, rng: OffsetRange) -> float:
+    """Process CPU seconds of the same read task run as the job runs it, unprofiled."""
+    t0 = time.process_time()
+    _hand_off(options, read_task(options, rng, None, None, None))
+    return time.process_time() - t0
+
+
+def _python_side(options: SourceOptions, topic: str, ends: dict[int, int]) -> tuple[_Costs, float]:
+    """(the profiled steps over every partition, the unprofiled read's CPU seconds), each
+    partition one task as a batch of that size would have it, after a warm-up read."""
+    first = next(iter(ends))
+    _plain_task(options, OffsetRange(topic, first, 0, min(2_000, ends[first])))
+    costs = _Costs()
+    for partition, end in ends.items():
+        _profiled_task(options, OffsetRange(topic, partition, 0, end), costs)
+    plain = sum(_plain_task(options, OffsetRange(topic, p, 0, end)) for p, end in ends.items())
+    return costs, plain
+
+
+def _ends(settings: Settings) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from ipcount.kafka.client import with_client_logging
+
+    conf = dict(settings.kafka.to_librdkafka("consumer"))
+    conf["group.id"] = "bench-costs-probe"
+    probe = Consumer(with_client_logging(conf))
+    try:
+        topic = settings.topics.source
+        parts = probe.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: probe.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in sorted(parts)
+        }
+    finally:
+        probe.close()
+
+
+def _row(label: str, us: float | None, note: str) -> str:
+    figure = "-" if us is None else f"{us:.2f}"
+    return f"| {label:<44} | {figure:>6} | {note} |"
+
+
+def _python_rows(costs: _Costs, plain_s: float) -> list[str]:
+    rows = [_row(label, costs.us(key), note) for key, label, note in COST_ROWS]
+    total = sum(costs.us(key) for key, _, _ in COST_ROWS)
+    rows.append(_row("Python read task, sum of the steps", total, "the rows above"))
+    rows.append(
+        _row(
+            "Python read task, unprofiled",
+            plain_s * 1e6 / costs.records,
+            "counting_task.read_task and the hand-off, process CPU, no profiler",
+        )
+    )
+    return rows
+
+
+def _jvm_rows(fig: RunFigures) -> list[str]:
+    """The job's run over the same records, from Spark's event log and progress (whole run: the
+    first batch's JIT warm-up included), per record."""
+    n, st, ph, m = fig.records, fig.stages, fig.phases, fig.job.memory
+
+    def us(seconds: float | None) -> float | None:
+        return None if seconds is None else seconds * 1e6 / n
+
+    state = ph.state_updates + ph.state_removals + ph.state_commit
+    return [
+        _row("JVM map tasks (CPU)", us(st.task_cpu.get("map", 0.0)),
+             "Arrow from the Python worker, partial aggregation, shuffle write"),
+        _row("  of which shuffle write (wall)", us(st.shuffle_write), "Spark's shuffle write time"),
+        _row("JVM reduce tasks (CPU)", us(st.task_cpu.get("reduce", 0.0)),
+             "shuffle read, state store, sink encode"),
+        _row("  state store (wall)", us(state), "updates + removals + commit (progress)"),
+        _row("driver: sink transaction (wall)", us(st.driver_after),
+             "after the batch's jobs: the sink's one Kafka transaction"),
+        _row("JVM whole process (CPU)", us(m.cpu_jvm), "start-up included"),
+        _row("Python workers (CPU)", us(m.cpu_workers),
+             "the job's read tasks in Spark's Python workers, their start included"),
+        _row("broker (CPU)", us(m.cpu_broker), "the local broker meanwhile (-: --bootstrap)"),
+    ]  # fmt: skip
+
+
+def _stdout(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_costs(
+    args: argparse.Namespace, settings: Settings, say: Callable[[str], None] = _stdout
+) -> int:
+    """Pre-load --records records (synth's generator), profile a counting read task of each
+    partition, then (unless --no-job) run the job over them once; the table's lines go to
+    `say`."""
+    from ipcount.verify.ledger import Ledger
+
+    spark_conf = spark_pairs(args.spark_conf)
+    with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
+        src, overrides = env.settings("costs", f"topics.source_partitions={args.partitions}")
+        spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
+        ledger_path = env.workdir / "ledger.jsonl"
+        loaded = preload(src, args.records, spec, DEFAULT_START_MS, ledger_path)
+        ends = _ends(src)
+        load = os.getloadavg()
+        say(
+            f"costs: {loaded.records} records in {len(ends)} partitions ({args.ips} IPs, skew "
+            f"{args.skew:g}, {args.event_rate:g} per event-time second); broker {env.bootstrap}; "
+            f"load average {load[0]:.2f} {load[1]:.2f} on {os.cpu_count()} cores"
+        )
+        # The read tasks' options as the job's first batch has them (no offset log entry yet).
+        opts = source_options(src, heartbeats=False, query_checkpoint=str(env.workdir / "ckpt"))
+        options = dataclasses.replace(parse_options(opts), clean_range_markers=False)
+        costs, plain_s = _python_side(options, src.topics.source, ends)
+        say(
+            f"costs: Python side: one read task per partition, {costs.chunks} chunks; CPU "
+            "(thread time per step, cProfile inside parse and combine)"
+        )
+        say(_row("step", None, "what it covers").replace("|      - |", "| us/rec |"))
+        say("|---|---:|---|")
+        for line in _python_rows(costs, plain_s):
+            say(line)
+        if args.no_job:
+            return 0
+        fig = measure_run(
+            env, overrides, "costs", args.records, Ledger.load(ledger_path),
+            spark_conf=spark_conf, timeout=args.timeout,
+        )  # fmt: skip
+        for line in _jvm_rows(fig):
+            say(line)
+        say(f"costs: the job over the same records: {fig.seconds:.2f} s; verify {fig.verify}")
+        return 0 if fig.exact else 1

@@ -214,13 +214,7 @@ def _jvm_rows(fig: RunFigures) -> list[str]:
     ]  # fmt: skip
 
 
-def _stdout(line: str) -> None:
-    print(line, flush=True)
-
-
-def run_costs(
-    args: argparse.Namespace, settings: Settings, say: Callable[[str], None] = _stdout
-) -> int:
+def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> int:
     """Pre-load --records records (synth's generator), profile a counting read task of each
     partition, then (unless --no-job) run the job over them once; the table's lines go to
     `say`."""

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from confluent_kafka import Message
 
-from ipcount.bench.measure import RunFigures, measure_run, spark_pairs, synth_spec
-from ipcount.bench.workspace import DEFAULT_START_MS, bench_env, preload
+from ipcount.bench.measure import RunFigures, measure_run, plan_preload, spark_pairs
+from ipcount.bench.workspace import bench_env
 from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
 from ipcount.source.offsets import OffsetRange
@@ -41,7 +41,7 @@ COST_ROWS = (
     ("arrow", "Arrow binary array", "pa.array(values, pa.binary())"),
     ("decode", "UTF-8 check", "null mask, cast to string (Arrow validates UTF-8)"),
     ("match", "line regex (RE2, whole line)", "match_substring_regex(LINE_PATTERN_RE2)"),
-    ("prefix", "prefix capture (IP and time text)", "extract_regex(PREFIX_PATTERN_RE2)"),
+    ("prefix", "prefix capture (IP and time text)", "the first space and first quote; slices"),
     ("clients", "IP canonicalisation", "dictionary-encode the IP texts; client_ip per new text"),
     ("times", "time parse ($time_local)",
      "dictionary-encode the time texts; parse_time_local per new text"),
@@ -222,10 +222,10 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
 
     spark_conf = spark_pairs(args.spark_conf)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
-        src, overrides = env.settings("costs", f"topics.source_partitions={args.partitions}")
-        spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
+        plan = plan_preload(env, "costs", args)
+        src = plan.settings
         ledger_path = env.workdir / "ledger.jsonl"
-        loaded = preload(src, args.records, spec, DEFAULT_START_MS, ledger_path)
+        loaded = plan.load(args.records, ledger_path)
         ends = _ends(src)
         load = os.getloadavg()
         say(
@@ -248,7 +248,7 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
         if args.no_job:
             return 0
         fig = measure_run(
-            env, overrides, "costs", args.records, Ledger.load(ledger_path),
+            env, plan.overrides, "costs", args.records, Ledger.load(ledger_path),
             spark_conf=spark_conf, timeout=args.timeout,
         )  # fmt: skip
         for line in _jvm_rows(fig):

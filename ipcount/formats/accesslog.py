@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta, timezone
 __all__ = [
     "LINE_PATTERN",
     "LINE_PATTERN_RE2",
-    "PREFIX_PATTERN_RE2",
+    "TIME_TEXT_LENGTH",
     "UNIX_CLIENT",
     "EVENT_TIME_RANGE",
     "IPV4_PATTERN",
@@ -36,14 +36,13 @@ __all__ = [
 # The line grammar is written once (`_prefix`, `_tail`) and spelled twice: `LINE_PATTERN` for
 # Python's `re` (the ledger, the driver's heartbeat base, loadgen) and, for RE2, which the job's
 # read tasks run through Arrow (`formats.arrow_parse`), `LINE_PATTERN_RE2` (the whole line, nothing
-# captured: RE2's fast DFA) and `PREFIX_PATTERN_RE2` (the prefix up to the line's first `"`,
-# capturing the client and `$time_local`: the only fields counted, so captures never run over a
-# long request, referer or user agent). They keep to the subset where the two engines agree
-# (explicit ASCII classes instead of \S and \d, which Python widens to Unicode; `[\s\S]` instead
-# of `.`, whose line terminators differ; an absolute end instead of `$`, which Python also lets
-# match before a final newline). IPs and times are decided by this module's functions in both
-# paths. A property test (tests/unit/formats/test_parse_parity.py) runs both parsers over
-# generated hostile lines.
+# captured: RE2's fast DFA; the read tasks then take the client and `$time_local`, the only fields
+# counted, from the prefix by position, see `_prefix`). They keep to the subset where the two
+# engines agree (explicit ASCII classes instead of \S and \d, which Python widens to Unicode;
+# `[\s\S]` instead of `.`, whose line terminators differ; an absolute end instead of `$`, which
+# Python also lets match before a final newline). IPs and times are decided by this module's
+# functions in both paths. A property test (tests/unit/formats/test_parse_parity.py) runs both
+# parsers over generated hostile lines.
 # A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
 # escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, matched
 # without a step per character by a backtracking engine such as Python's `re` (`LINE_PATTERN`):
@@ -57,13 +56,16 @@ _FIELD = r'[^ "\t\n\x0B\f\r]+'
 # the line's first `"` (which opens $request).
 _USER = r'[^"]+?'
 # $time_local exactly as nginx writes it: 26 characters, e.g. 22/Nov/2026:09:57:08 +0000.
+TIME_TEXT_LENGTH = 26
 TIME_PATTERN = r"[0-9]{2}/[A-Z][a-z]{2}/[1-9][0-9]{3}:[0-9]{2}:[0-9]{2}:[0-9]{2} [+-][0-9]{4}"
 
 
 def _prefix(ip: str, user: str, time: str) -> str:
     """The line up to and including its first `"` (which opens $request): every field the job
-    counts by. Groups are opened by the given prefixes (`(` numbered, `(?:` not captured,
-    `(?P<name>` named)."""
+    counts by. No `"` but its last, so in a line of the grammar the client is the text before the
+    first space and `$time_local` the TIME_TEXT_LENGTH characters before the `] "` that ends at
+    the line's first `"` (what the read tasks take by position). Groups are opened by the given
+    prefixes (`(` numbered, `(?:` not captured, `(?P<name>` named)."""
     return rf'^{ip}{_FIELD}) {_FIELD} {user}{_USER}) \[{time}{TIME_PATTERN})\] "'
 
 
@@ -80,12 +82,8 @@ GROUP_IP = 1
 GROUP_TIME = 3
 # RE2 (pyarrow.compute, the job's vectorised parse): whether the whole line is one, nothing
 # captured (RE2 decides it with its DFA, fast at any length; `\z` is RE2's absolute end, it has
-# no lookahead) ...
+# no lookahead).
 LINE_PATTERN_RE2 = _prefix("(?:", "(?:", "(?:") + _tail("(?:", r"\z")
-# ... and the client IP and $time_local, captured from the prefix alone (a capture engine over a
-# 100 KB line costs milliseconds). The prefix holds no `"` but its last, so a line that matches
-# LINE_PATTERN_RE2 has exactly one such prefix, with the groups LINE_PATTERN finds.
-PREFIX_PATTERN_RE2 = _prefix("(?P<ip>", "(?:", "(?P<time>")
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 IPV4_PATTERN = rf"(?:{_OCTET}\.){{3}}{_OCTET}"
@@ -212,7 +210,7 @@ def parse_time_local(text: str) -> datetime:
         ParseError: the text is not dd/Mon/yyyy:HH:mm:ss +hhmm, or not a real time.
         TimeRangeError: a real time whose UTC instant is outside EVENT_TIME_RANGE.
     """
-    if len(text) != 26 or not _TIME_RE.match(text):
+    if len(text) != TIME_TEXT_LENGTH or not _TIME_RE.match(text):
         raise ParseError(f"bad time_local {text!r}: not dd/Mon/yyyy:HH:mm:ss +hhmm")
     month = _MONTH_NUMBER.get(text[3:6])
     hh, mm = int(text[22:24]), int(text[24:26])

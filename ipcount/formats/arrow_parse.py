@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from ipcount.formats.accesslog import (
     LINE_PATTERN_RE2,
-    PREFIX_PATTERN_RE2,
+    TIME_TEXT_LENGTH,
     ParseError,
     TimeRangeError,
     client_ip,
@@ -141,6 +141,29 @@ def _distinct(
     return per_row, present
 
 
+def _value_offsets(strings: pa.Array) -> np.ndarray:
+    """Where each value of a string array begins in its data buffer, and where the last ends."""
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)
+    return offsets[strings.offset : strings.offset + len(strings) + 1].astype(np.int64)
+
+
+def _slices(
+    strings: pa.Array, lo: np.ndarray, hi: np.ndarray, valid: np.ndarray, n: int
+) -> pa.Array:
+    """Bytes [lo, hi) of each value's data as strings (null where not `valid`): an array over the
+    same data whose values alternate slice and gap (offsets lo0, hi0, lo1, hi1, ...), then every
+    other one taken."""
+    offsets = np.empty(2 * n + 1, dtype=np.int32)
+    offsets[0 : 2 * n : 2] = lo
+    offsets[1 : 2 * n : 2] = hi
+    offsets[2 * n] = hi[-1]
+    spans = pa.Array.from_buffers(
+        pa.string(), 2 * n, [None, pa.py_buffer(offsets), strings.buffers()[2]]
+    )
+    index = pa.array(np.arange(0, 2 * n, 2, dtype=np.int32), mask=~valid)
+    return spans.take(index)
+
+
 def _mask(array: pa.Array) -> np.ndarray:
     return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
@@ -150,8 +173,8 @@ class ChunkParser:
 
     The same truth as `accesslog.parse_record`, by construction: whether a line is one is the same
     grammar (`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`, matched by RE2's DFA without
-    captures, fast at any length), the client and `$time_local` are captured from the line's
-    prefix alone (`PREFIX_PATTERN_RE2`, up to its first `"`), and each *distinct* client IP and
+    captures, fast at any length), the client and `$time_local` are taken by position from the
+    line's prefix (up to its first `"`: accesslog._prefix), and each *distinct* client IP and
     `$time_local` text of a chunk goes through the very functions the Python parser uses
     (`client_ip`, `parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka
     partition holds few distinct seconds and IPs, so those Python calls are a small part of the
@@ -211,15 +234,26 @@ class ChunkParser:
         return _mask(pc.match_substring_regex(strings, LINE_PATTERN_RE2))
 
     def _prefix_fields(self, strings: pa.Array, matched: np.ndarray) -> tuple[pa.Array, pa.Array]:
-        """The client and `$time_local` texts, from the prefix of the lines that matched."""
-        lines = pc.if_else(pa.array(matched), strings, pa.scalar(None, pa.string()))
-        groups = pc.extract_regex(lines, PREFIX_PATTERN_RE2)
-        ip_text = pc.struct_field(groups, "ip")
-        # A text longer than any IP is rejected before it is dictionary-encoded or remembered.
-        too_long = _mask(pc.greater(pc.utf8_length(ip_text), _LONGEST_IP_TEXT))
-        if too_long.any():
-            ip_text = pc.if_else(pa.array(too_long), pa.scalar("", pa.string()), ip_text)
-        return ip_text, pc.struct_field(groups, "time")
+        """The client and `$time_local` texts of the lines that matched (null elsewhere), by
+        position, no regex: in a line of the grammar the client runs up to the first space, and
+        the prefix ends at the line's first `"` with `[$time_local] "` (accesslog._prefix), its
+        26 characters ending 2 bytes before that `"` (ASCII bytes never occur inside a UTF-8
+        sequence). ~4x cheaper than capturing them with a prefix regex (`ipcount bench costs`)."""
+        n = len(strings)
+        if not matched.any():
+            return pa.nulls(n, pa.string()), pa.nulls(n, pa.string())
+        start = _value_offsets(strings)
+        space = pc.find_substring(strings, " ").fill_null(0).to_numpy(zero_copy_only=False)
+        quote = pc.find_substring(strings, '"').fill_null(0).to_numpy(zero_copy_only=False)
+        begin = start[:-1]
+        # A text longer than any IP is rejected unseen (as ""): it is no IP however it is spelt.
+        ip_end = np.where(matched & (space <= _LONGEST_IP_TEXT), begin + space, begin)
+        time_begin = np.where(matched, begin + quote - 2 - TIME_TEXT_LENGTH, begin)
+        time_end = np.where(matched, time_begin + TIME_TEXT_LENGTH, begin)
+        return (
+            _slices(strings, begin, ip_end, matched, n),
+            _slices(strings, time_begin, time_end, matched, n),
+        )
 
     def _clients(self, ip_text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return _distinct(ip_text, self._ip_codes, self._ip)

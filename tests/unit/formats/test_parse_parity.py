@@ -300,3 +300,28 @@ def test_a_100_kb_line_nginx_writes_is_counted_by_both_parsers() -> None:
 def test_a_unix_socket_client_is_counted_under_unix() -> None:
     line = format_record("unix:", 1_700_000_000_000).encode()
     assert _arrow([line]) == [_python(line)] == [("counted", "unix:", 1_700_000_000_000)]
+
+
+def test_a_chunk_that_is_a_slice_of_a_larger_array_parses_like_its_own_lines() -> None:
+    # Arrow hands out slices that share their parent's buffers (a chunk of a chunked column):
+    # what a line holds is read from where that line starts, never from the parent's start.
+    lines: list[bytes | None] = [
+        format_record("2001:db8::1", 1_700_000_000_000, user="x [y] z").encode(),
+        None,
+        format_record(
+            "10.0.0.1", 1_700_000_001_000, user="evil] [01/Jan/2000:00:00:00 +0000]"
+        ).encode(),
+        b"not a line",
+        format_record("192.0.2.77", 1_700_000_002_000).encode(),
+    ]
+    whole = pa.array([b"x" * 37, *lines, b"y"], pa.binary())
+    parsed = ChunkParser().parse(whole.slice(1, len(lines)))
+    got = [
+        (parsed.ips[ip], int(ms)) if verdict == OK else None
+        for verdict, ms, ip in zip(parsed.verdict, parsed.event_ms, parsed.ip_index, strict=True)
+    ]
+    want = [None if w[0] != "counted" else (w[1], w[2]) for w in map(_python, lines)]
+    assert got == want == [
+        ("2001:db8::1", 1_700_000_000_000), None, ("10.0.0.1", 1_700_000_001_000), None,
+        ("192.0.2.77", 1_700_000_002_000),
+    ]  # fmt: skip

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ipcount.checkpoint.offset_log import absolute_location, check_readable
+from ipcount.checkpoint.shuffle import check_shuffle_partitions
 from ipcount.config import RunMode, Settings
 from ipcount.errors import ConfigError
 from ipcount.job.job_queries import JobQueries
@@ -18,7 +19,7 @@ from ipcount.kafka.topics import missing_topics
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY, QUALITY_METRICS
 from ipcount.sink.dead_letters import dead_letter_record_bytes
 from ipcount.sink.fencing import fence_predecessors
-from ipcount.sink.producer_config import default_transactional_id
+from ipcount.sink.producer_config import default_transactional_id, task_transactional_id
 from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.writer import sink_options
 from ipcount.source.options import source_options
@@ -180,9 +181,16 @@ def prepare_start(
     ids = [query_id]
     if settings.job.dead_letter:
         ids.append(checkpoint_query_id(spark, checkpoint + "-dead-letter"))
+    partitions = check_shuffle_partitions(checkpoint, settings.spark.shuffle_partitions)
+    transactional_ids = [default_transactional_id(q) for q in ids]
+    if settings.sink.commit_by == "tasks":
+        # Each sink task has its own transactional.id (both queries: one per shuffle partition).
+        transactional_ids += [
+            task_transactional_id(t, p) for t in transactional_ids for p in range(partitions)
+        ]
     fence_predecessors(
         settings.kafka.to_librdkafka("producer"),
-        [default_transactional_id(q) for q in ids],
+        transactional_ids,
         settings.sink.transaction_timeout_ms,
         settings.sink.retry_deadline_seconds,
     )
@@ -293,9 +301,14 @@ def _start_dead_letter(
         F.lit("@"),
         F.col("offset").cast("string"),
     )
+    rejected = bad.select(F.col("key"), F.col("value"), F.col("reason"), where.alias("source"))
+    if settings.sink.commit_by == "tasks":
+        # Sink tasks must get the same rows when a batch is replayed: hash-partitioned by where
+        # each record came from, over the checkpoint's shuffle partitions (not by how the source
+        # split the batch's offsets, which follows the cores of the job that planned it).
+        rejected = rejected.repartition(F.col("source"))
     writer = (
-        bad.select(F.col("key"), F.col("value"), F.col("reason"), where.alias("source"))
-        .writeStream.format("ipcount-kafka-txn")
+        rejected.writeStream.format("ipcount-kafka-txn")
         .outputMode("append")
         .queryName(DEAD_LETTER_QUERY)
         .option("checkpointLocation", checkpoint)

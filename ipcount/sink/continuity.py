@@ -13,8 +13,9 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from ipcount.errors import BrokerError, SinkError
 from ipcount.kafka.topic_reader import consumer_conf
 from ipcount.kafka.watermarks import partition_offsets
-from ipcount.sink.history import lost_commit, read_markers
+from ipcount.sink.history import lost_commit
 from ipcount.sink.marker import ProgressMarker
+from ipcount.sink.runs import read_progress
 
 __all__ = ["StaleSession", "check_still_committed"]
 
@@ -87,7 +88,8 @@ def _marker_missing(
     # this query, a broker whose read_committed fetches from mid-log hide records after an
     # aborted transaction of the same producer, as noida-db's do): the whole topic, read as
     # every reader reads it, decides.
-    newest = read_markers(conf, progress_topic, deadline_s).get(marker.query_id)
+    view = read_progress(conf, progress_topic, deadline_s)
+    newest = view.newest(marker.query_id, marker.sink_partition)
     if newest is not None and newest.batch_id > marker.batch_id:
         raise StaleSession(f"the broker holds batch {newest.batch_id} of this query")
     if newest is not None and newest.batch_id == marker.batch_id:

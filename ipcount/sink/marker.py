@@ -9,7 +9,7 @@ from typing import TypeAlias, TypeVar
 
 from ipcount.errors import SinkError
 
-__all__ = ["JsonValue", "ProgressMarker"]
+__all__ = ["JsonValue", "PARTITION_KEY_SEPARATOR", "ProgressMarker"]
 
 # A value as json.loads returns it: the source's end offsets are kept as Spark's offset log has
 # them ({"offsets": {topic: {partition: offset}}, ...}, a list for several sources, or null).
@@ -18,7 +18,10 @@ JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dic
 # The wire keys in the order earlier versions wrote them: a marker encodes to the same bytes, so
 # existing topics and checkpoints keep working. Optional keys (None) are left out; `topic` and
 # `sourceEnd` are always written (null when unknown), as before.
-_OPTIONAL = ("lateRecords", "transactionalId", "adoptedFrom", "watermarkMs")
+_OPTIONAL = ("lateRecords", "transactionalId", "adoptedFrom", "watermarkMs", "sinkPartition")
+# A sink task's marker (sink.commit_by = "tasks") is keyed by its query id and this suffix with
+# the task's sink partition: compaction keeps every partition's newest marker beside the query's.
+PARTITION_KEY_SEPARATOR = "#p"
 
 _T = TypeVar("_T", str, int)
 
@@ -27,6 +30,8 @@ _T = TypeVar("_T", str, int)
 class ProgressMarker:
     """One committed batch of a query: what it wrote and what it consumed.
 
+    `sink_partition` is set on a sink task's own marker (sink.commit_by = "tasks"): what that
+    task wrote of the batch, in its own transaction; the query's marker (None) then sums them.
     `source_end` is the source's end offset of the batch as Spark's offset log holds it (None:
     unknown); `watermark_ms` the batch's watermark (every window ending at or before it is in
     the sink); `adopted_from` the query whose output a `--new-query` start took over (its marker
@@ -45,12 +50,16 @@ class ProgressMarker:
     transactional_id: str | None = None
     adopted_from: str | None = None
     watermark_ms: int | None = None
+    sink_partition: int | None = None
     position: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> bytes:
-        """The record's key: the query id (compaction keeps each query's newest marker)."""
-        return self.query_id.encode()
+        """The record's key: the query id, with a task's sink partition (compaction keeps each
+        query's and each of its partitions' newest marker)."""
+        if self.sink_partition is None:
+            return self.query_id.encode()
+        return f"{self.query_id}{PARTITION_KEY_SEPARATOR}{self.sink_partition}".encode()
 
     def at(self, partition: int, offset: int) -> ProgressMarker:
         """This marker as found at `partition`/`offset` of the progress topic."""
@@ -69,6 +78,7 @@ class ProgressMarker:
             "adoptedFrom": self.adopted_from,
             "committedAtMs": self.committed_at_ms,
             "watermarkMs": self.watermark_ms,
+            "sinkPartition": self.sink_partition,
         }
         kept = {k: v for k, v in body.items() if v is not None or k not in _OPTIONAL}
         return json.dumps(kept, separators=(",", ":")).encode()
@@ -99,6 +109,7 @@ class ProgressMarker:
                 transactional_id=_typed(body, "transactionalId", str),
                 adopted_from=_typed(body, "adoptedFrom", str),
                 watermark_ms=_typed(body, "watermarkMs", int),
+                sink_partition=_typed(body, "sinkPartition", int),
             )
         except ValueError as exc:
             raise SinkError(

@@ -27,7 +27,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Every key about a query's starts holds this infix (markers' keys are the bare query id). Earlier
+# Every key about a query's starts holds this infix (markers' keys are the query id, with
+# sink.marker's partition suffix for a task's marker). Earlier
 # versions wrote one key per start, `<query id>#run#<run id>`; now one per query holds the recent
 # starts, `<query id>#run#recent`, and the next start writes tombstones for the old keys.
 RUN_SUFFIX = "#run#"
@@ -69,6 +70,8 @@ class ProgressView:
     announcements of earlier versions still live (their keys, to be cleared)."""
 
     markers: dict[str, ProgressMarker] = field(default_factory=dict)
+    # The newest marker of each (query, sink partition) its tasks wrote (sink.commit_by "tasks").
+    partitions: dict[tuple[str, int], ProgressMarker] = field(default_factory=dict)
     runs: dict[str, list[str]] = field(default_factory=dict)
     legacy: dict[str, list[str]] = field(default_factory=dict)
 
@@ -79,9 +82,19 @@ class ProgressView:
             return
         shown = "none" if key is None else repr(key.decode("utf-8", "replace"))
         marker = ProgressMarker.decode(value, where=f"{where[2]} (key {shown})")
-        newest = self.markers.get(marker.query_id)
-        if newest is None or marker.batch_id >= newest.batch_id:
+        newest = self.newest(marker.query_id, marker.sink_partition)
+        if newest is not None and marker.batch_id < newest.batch_id:
+            return
+        if marker.sink_partition is None:
             self.markers[marker.query_id] = marker.at(where[0], where[1])
+        else:
+            self.partitions[marker.query_id, marker.sink_partition] = marker.at(*where[:2])
+
+    def newest(self, query_id: str, sink_partition: int | None = None) -> ProgressMarker | None:
+        """The newest marker of the query (`sink_partition` None) or of one of its sink tasks."""
+        if sink_partition is None:
+            return self.markers.get(query_id)
+        return self.partitions.get((query_id, sink_partition))
 
     def _add_run(self, key: str, value: bytes | None) -> None:
         query, _, run = key.rpartition(RUN_SUFFIX)

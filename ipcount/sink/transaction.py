@@ -17,10 +17,12 @@ from ipcount.faults import fault_point
 from ipcount.kafka.client import check_transaction_timeout, with_client_logging
 from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
-from ipcount.sink.history import check_checkpoint, check_replay, read_markers
+from ipcount.sink.history import check_checkpoint, check_replay
 from ipcount.sink.marker import JsonValue, ProgressMarker
 from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
+from ipcount.sink.runs import read_progress
+from ipcount.sink.task_history import check_no_task_ahead, older_than_committed
 
 __all__ = ["TxnSession", "session_for", "abort_open_transaction"]
 
@@ -81,12 +83,19 @@ class TxnSession(TxnCalls):
             self.last_committed,
         )
 
-    def commit_batch(self, batch_id: int, records: Iterable[Record]) -> CommitOutcome:
+    def commit_batch(
+        self,
+        batch_id: int,
+        records: Iterable[Record],
+        written: tuple[int, int] | None = None,
+    ) -> CommitOutcome:
         """Write one micro-batch in one transaction, together with its progress marker.
 
         Args:
             batch_id: Spark's batchId.
             records: (key, value) pairs for the sink topic.
+            written: the results the batch's sink tasks committed themselves (sink.commit_by
+                "tasks": to the sink topic, to others); the transaction then holds the marker.
 
         Returns:
             What was done; batches at or below the last committed batchId write nothing.
@@ -98,13 +107,13 @@ class TxnSession(TxnCalls):
         batch = list(records)
         cached = self.started
         try:
-            return self._commit_once(batch_id, batch)
+            return self._commit_once(batch_id, batch, written)
         except StaleSession as stale:
             # Another Python worker of this job committed since: re-read, then decide again.
             logger.info("batch %d: %s; re-initialising to re-read it", batch_id, stale)
             self._discard()
             self.start()
-            return self._commit_once(batch_id, batch)
+            return self._commit_once(batch_id, batch, written)
         except FatalKafkaError as exc:
             if not cached or not is_fenced(exc):
                 raise
@@ -120,7 +129,7 @@ class TxnSession(TxnCalls):
         )
         self.start()
         # Fenced again within this one batch: another job is committing right now.
-        return self._commit_once(batch_id, batch)
+        return self._commit_once(batch_id, batch, written)
 
     def _stop_if_superseded(self, batch_id: int) -> None:
         """Raise FatalKafkaError when a start announced after this one has committed a batch."""
@@ -136,7 +145,9 @@ class TxnSession(TxnCalls):
             "stops and does not fence it back; nothing of its batch was committed"
         )
 
-    def _commit_once(self, batch_id: int, records: list[Record]) -> CommitOutcome:
+    def _commit_once(
+        self, batch_id: int, records: list[Record], written: tuple[int, int] | None = None
+    ) -> CommitOutcome:
         """Commit one batch, or skip it: empty, or a replay of the last committed one."""
         started = time.monotonic()
         if not self.started:
@@ -144,7 +155,7 @@ class TxnSession(TxnCalls):
             # open, which would otherwise hold back read_committed readers (and other queries'
             # progress reads on the shared progress topic) until the broker times it out.
             self.start()
-        if not records:
+        if not records and not (written and any(written)):
             # No transaction and no marker: the marker only has to cover batches with output, and
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)
@@ -163,7 +174,7 @@ class TxnSession(TxnCalls):
             batch_id,
             cfg.retry_deadline_seconds,
         )
-        marker = self._write_transaction(batch_id, records, source_end, watermark_ms)
+        marker = self._write_transaction(batch_id, records, source_end, watermark_ms, written)
         producer = self._live_producer()
         self._call(
             "commit_transaction", lambda t: producer.commit_transaction(t), batch_id=batch_id
@@ -190,6 +201,8 @@ class TxnSession(TxnCalls):
             check_replay(
                 batch_id, source_end, self.last_marker, self.config.checkpoint, self.config.topic
             )
+        elif self.config.sink_partition is not None and batch_id < (self.last_committed or 0):
+            raise older_than_committed(self.config, batch_id, self.last_committed or 0)
         logger.info(
             "batch %d already committed (last committed %s): skipping the replay",
             batch_id,
@@ -204,6 +217,7 @@ class TxnSession(TxnCalls):
         records: list[Record],
         source_end: JsonValue,
         watermark_ms: int | None,
+        written: tuple[int, int] | None = None,
     ) -> ProgressMarker:
         """Begin a transaction and write the batch's records and its progress marker into it,
         flushed (not committed). Returns the marker, with its position when it was delivered."""
@@ -213,6 +227,8 @@ class TxnSession(TxnCalls):
         self._in_transaction = True
         try:
             count, late = self._produce_all(producer, records)
+            if written is not None:
+                count, late = count + written[0], late + written[1]
             marker = ProgressMarker(
                 query_id=cfg.query_id,
                 batch_id=batch_id,
@@ -226,6 +242,7 @@ class TxnSession(TxnCalls):
                 # This batch's watermark: every window ending at or before it is emitted by now,
                 # so `ipcount verify` tells windows still open from lost ones.
                 watermark_ms=watermark_ms,
+                sink_partition=cfg.sink_partition,
             )
             position: list[int] = []
 
@@ -325,11 +342,24 @@ class TxnSession(TxnCalls):
     def _read_progress(self) -> tuple[int | None, str]:
         """The last committed batchId of this query and the run id that committed it."""
         cfg = self.config
-        markers = read_markers(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
-        self.last_marker = markers.get(cfg.query_id)
-        if self.last_marker is None:
+        view = read_progress(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
+        query = view.newest(cfg.query_id)
+        if cfg.sink_partition is None:
+            if cfg.commit_by == "driver":
+                check_no_task_ahead(view, cfg, query)
+            self.last_marker = query
+        else:
+            # A sink task's own marker (for the continuity check); a batch the query's marker
+            # records is committed whole, whichever way it was written.
+            self.last_marker = view.newest(cfg.query_id, cfg.sink_partition)
+        newest = max(
+            (m for m in (query, self.last_marker) if m is not None),
+            key=lambda m: m.batch_id,
+            default=None,
+        )
+        if newest is None:
             return None, ""
-        return self.last_marker.batch_id, self.last_marker.run_id
+        return newest.batch_id, newest.run_id
 
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and

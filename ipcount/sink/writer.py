@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ipcount.config import Settings, SinkSettings
-from ipcount.errors import ConfigError, SchemaError
+from ipcount.errors import ConfigError, SinkError
 from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_codec
+from ipcount.sink.columns import bytes_column, check_schema, millis
 from ipcount.sink.dead_letters import DeadLetterLimits, bound_record, message_max_bytes
 from ipcount.sink.producer_config import Record, TxnConfig, default_transactional_id, new_run_id
+from ipcount.sink.task_commit import commit_task, written_by
 from ipcount.sink.transaction import abort_open_transaction, session_for
 from ipcount.worker_gc import freeze_long_lived
 
@@ -28,7 +30,7 @@ TOPIC, PROGRESS_TOPIC, LATE_TOPIC = "topic", "progressTopic", "lateTopic"
 QUERY_ID, RUN_ID, TRANSACTIONAL_ID = "queryId", "runId", "transactionalId"
 MODE, WIRE_FORMAT, SCHEMA_REGISTRY_URL = "mode", "wireFormat", "schemaRegistryUrl"
 TRANSACTION_TIMEOUT_MS, RETRY_DEADLINE_SECONDS = "transactionTimeoutMs", "retryDeadlineSeconds"
-QUERY_CHECKPOINT = "queryCheckpoint"
+QUERY_CHECKPOINT, COMMIT_BY = "queryCheckpoint", "commitBy"
 MAX_RECORD_BYTES, MAX_VALUE_BYTES = "maxRecordBytes", "maxValueBytes"
 
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
@@ -52,8 +54,6 @@ _RAW_OPTIONAL: dict[str, tuple[type[T.DataType], ...]] = {
 }
 REASON_HEADER = "ipcount.reason"
 HEADERS = {"reason": REASON_HEADER, "source": "ipcount.source"}
-# Arrow timestamp unit -> divisor to epoch milliseconds (Avro timestamp-millis).
-_TO_MS = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}
 
 
 def sink_options(
@@ -92,6 +92,7 @@ def sink_options(
         RETRY_DEADLINE_SECONDS: str(s.retry_deadline_seconds),
         WIRE_FORMAT: s.wire_format,
         SCHEMA_REGISTRY_URL: s.schema_registry_url,
+        COMMIT_BY: s.commit_by,
         "kafka.bootstrap.servers": k.bootstrap_servers,
     }
     if late_topic:
@@ -199,7 +200,9 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             query_id=query_id,
             run_id=get(RUN_ID),
             transactional_id=get(TRANSACTIONAL_ID) or default_transactional_id(query_id),
+            # With commit_by "tasks" the tasks' transactions hold the results: faults strike there.
             fault_points=self.mode == "counts",
+            commit_by=get(COMMIT_BY, "driver"),
             producer_conf={**common, **producer},
             consumer_conf={**common, **consumer},
             transaction_timeout_ms=_number(
@@ -211,7 +214,10 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             late_topic=get(LATE_TOPIC).strip(),
             checkpoint=get(QUERY_CHECKPOINT).strip(),
         )
-        self.columns = _check_schema(
+        self.task_config = self.config
+        if self.config.commit_by == "tasks":
+            self.config = replace(self.config, fault_points=False)
+        self.columns = check_schema(
             schema,
             _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS,
             self.mode,
@@ -232,16 +238,28 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 "'lateTopic' (topics.late) is not set"
             )
 
-    def write(self, iterator: Iterator[Any]) -> KafkaTxnCommitMessage:
-        """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor)."""
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor); with
+        commit_by "tasks", commit them in this task's own transaction (sink.task_commit)."""
         from pyspark import TaskContext
 
         freeze_long_lived()
         ctx = TaskContext.get()
         message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
+        self._encode(iterator, message)
+        if self.task_config.commit_by != "tasks":
+            return message
+        if ctx is None:
+            raise SinkError("sink.commit_by = 'tasks': write() ran outside a Spark task")
+        records = list(_records(message, self.config.late_topic))
+        return commit_task(self.task_config, ctx, records)
+
+    def _encode(self, iterator: Iterator[Any], message: KafkaTxnCommitMessage) -> None:
+        """Every row of the task, encoded into `message` (the whole iterator is consumed: the
+        state store commits its version when the rows are all read)."""
         if self.limits is not None:
             self._write_raw(iterator, message, self.limits)
-            return message
+            return
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
         late_codec = (
             make_codec(self.wire_format, self.schema_registry_url, self.config.late_topic)
@@ -251,7 +269,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         names = list(RECORD_FIELDS)
         for batch in iterator:
             columns = [
-                _millis(batch, name)
+                millis(batch, name)
                 if kind == "timestamp-millis"
                 else batch.column(name).to_pylist()
                 for name, kind in RECORD_FIELDS.items()
@@ -269,7 +287,6 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 else:
                     message.values.append(codec.encode(row))
                     message.keys.append(row[KEY_FIELD].encode("utf-8"))
-        return message
 
     def _write_raw(
         self, iterator: Iterator[Any], message: KafkaTxnCommitMessage, limits: DeadLetterLimits
@@ -278,8 +295,8 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         whatever it holds (a record that cannot be produced would fail every replay)."""
         named = [c for c in HEADERS if c in self.columns]
         for batch in iterator:
-            keys = _bytes_column(batch.column("key"))
-            values = _bytes_column(batch.column("value"))
+            keys = bytes_column(batch.column("key"))
+            values = bytes_column(batch.column("value"))
             columns = [batch.column(c).to_pylist() for c in named]
             for key, value, *row in zip(keys, values, *columns, strict=True):
                 headers = [
@@ -291,7 +308,12 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 message.headers.append(record.headers or None)  # type: ignore[arg-type]
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Write the batch in one transaction with its progress marker. Runs on the driver."""
+        """Write the batch in one transaction with its progress marker (commit_by "tasks": the
+        marker only, counting what the tasks committed). Runs on the driver."""
+        if self.config.commit_by == "tasks":
+            written = written_by(messages)
+            session_for(self.config).commit_batch(batchId, [], written=written)
+            return
         records = (
             record
             for m in messages
@@ -341,47 +363,3 @@ def _records(m: KafkaTxnCommitMessage, late_topic: str) -> Iterator[Record]:
         yield from zip(m.keys, m.values, m.headers, strict=True)
     for k, v in zip(m.late_keys, m.late_values, strict=True):
         yield (k, v, None, late_topic)
-
-
-def _check_schema(
-    schema: T.StructType,
-    required: Mapping[str, tuple[type[T.DataType], ...]],
-    mode: str,
-    optional: Mapping[str, tuple[type[T.DataType], ...]] | None = None,
-) -> list[str]:
-    got = {f.name: f.dataType for f in schema.fields}
-    wanted = {**required, **{k: v for k, v in (optional or {}).items() if k in got}}
-    problems = [f"missing column {name}" for name in required if name not in got]
-    problems += [
-        f"column {name} is {got[name].simpleString()}, expected "
-        + " or ".join(t().simpleString() for t in types)
-        for name, types in wanted.items()
-        if name in got and not isinstance(got[name], types)
-    ]
-    problems += [f"unexpected column {name}" for name in got if name not in wanted]
-    if problems:
-        raise SchemaError(
-            f"ipcount-kafka-txn sink (mode {mode}) input: {'; '.join(problems)}; "
-            f"expected columns {', '.join(wanted)} (got {schema.simpleString()})"
-        )
-    return list(wanted)
-
-
-def _millis(batch: Any, name: str) -> list[int | None]:
-    import pyarrow as pa
-
-    column = batch.column(name)
-    divisor = _TO_MS[column.type.unit]
-    values = column.cast(pa.int64()).to_pylist()
-    if divisor is None:
-        return [v * 1000 if v is not None else None for v in values]
-    if divisor == 1:
-        return values  # type: ignore[no-any-return]
-    return [v // divisor if v is not None else None for v in values]
-
-
-def _bytes_column(column: Any) -> list[bytes | None]:
-    values = column.to_pylist()
-    if column.type in ("string", "large_string") or str(column.type) in ("string", "large_string"):
-        return [v.encode("utf-8") if v is not None else None for v in values]
-    return values  # type: ignore[no-any-return]

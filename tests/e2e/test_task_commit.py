@@ -1,0 +1,68 @@
+"""sink.commit_by = "tasks": every sink task writes its share of a micro-batch in its own Kafka
+transaction. Killed inside a task's transaction and between a task's commit and Spark's commit
+log, the job still writes every (window, IP) exactly once; each partition's marker says what it
+wrote and the query's marker sums them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ipcount.kafka.topics import ensure_topics
+from ipcount.sink.runs import read_progress
+
+pytestmark = pytest.mark.slow
+
+
+def _next_batch_id(checkpoint: str) -> int:
+    from ipcount.checkpoint.offset_log import OffsetLog
+
+    try:
+        ids = OffsetLog(checkpoint).committed_ids()
+    except Exception:
+        return 0
+    return (max(ids) + 1) if ids else 0
+
+
+def test_each_task_commits_its_share_once_through_kills(
+    make_settings, tmp_path, ipcount_cli, Feed
+) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings("sink.commit_by=tasks")
+    ensure_topics(settings)
+    feed = Feed(settings)
+    feed.round(0, 20)
+    env = {"IPCOUNT_SINK_COMMIT_BY": "tasks"}
+    first = ipcount_cli(settings, "run", "--available-now", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    # Killed after a task's own commit, before Spark's commit log records the batch.
+    feed.round(20, 40)
+    batch = _next_batch_id(settings.job.checkpoint_location)
+    faults = ",".join(f"sink.after_commit@{b}" for b in range(batch, batch + 4))
+    killed = ipcount_cli(
+        settings, "run", "--available-now", env={**env, "IPCOUNT_FAULTS": faults}, own_group=True
+    )
+    assert killed.returncode != 0, killed.stderr[-3000:]
+
+    # Killed inside a task's open transaction.
+    feed.round(40, 60)
+    batch = _next_batch_id(settings.job.checkpoint_location)
+    faults = ",".join(f"sink.before_commit@{b}" for b in range(batch, batch + 4))
+    killed = ipcount_cli(
+        settings, "run", "--available-now", env={**env, "IPCOUNT_FAULTS": faults}, own_group=True
+    )
+    assert killed.returncode != 0, killed.stderr[-3000:]
+
+    final = ipcount_cli(settings, "run", "--available-now", "--close-all-windows", env=env)
+    assert final.returncode == 0, final.stderr[-3000:]
+    last = feed.verify(ipcount_cli, tmp_path)
+    assert last.endswith("exact=true"), last
+
+    # Both sink partitions committed in their own transactions; the query's marker is newest.
+    view = read_progress(settings.kafka.to_librdkafka("consumer"), settings.topics.progress, 30)
+    tasks = {p: m for (q, p), m in view.partitions.items() if m.topic == settings.topics.sink}
+    assert sorted(tasks) == [0, 1], view.partitions
+    assert all(
+        m.transactional_id and m.transactional_id.endswith(f"-p{p}") for p, m in tasks.items()
+    )
+    query = next(m for m in view.markers.values() if m.topic == settings.topics.sink)
+    assert max(m.batch_id for m in tasks.values()) <= query.batch_id

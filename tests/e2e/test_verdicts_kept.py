@@ -1,14 +1,16 @@
 """One verdict per record, whatever Spark's offset log keeps and wherever the job starts:
 
-- an `--available-now` run of more than 100 counting batches (Spark keeps the newest 100 offset
-  log entries; the dead-letter query starts only after the counting query is done): a record that
-  was "future" for the batch that read it is dead-lettered, not judged by a later batch's time;
+- an `--available-now` run of more counting batches than Spark keeps offset log entries of (the
+  newest 100 by default, 20 here: spark.sql.streaming.minBatchesToRetain; the dead-letter query
+  starts only after the counting query is done): a record that was "future" for the batch that
+  read it is dead-lettered, not judged by the time of a later batch, for which it is not future;
 - `startingOffsets=latest`: rejects produced in the job's first seconds, before the dead-letter
   query has started, are all dead-lettered.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,14 +23,13 @@ from confluent_kafka import Producer
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
+from ipcount.local_pipeline.children import JobProcess
 from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 SKEW_S = 10
-
-
-def _batch_lines(run: subprocess.CompletedProcess[str]) -> str:
-    return "\n".join(line for line in run.stderr.splitlines() if " batch " in line)
+# Spark keeps the newest 20 offset log entries (not its default 100): fewer batches purge batch 0.
+_RETAIN = ("--set", "spark.conf.spark.sql.streaming.minBatchesToRetain=20")
 
 
 def _dead_letters(settings) -> list:  # type: ignore[no-untyped-def]
@@ -38,40 +39,69 @@ def _dead_letters(settings) -> list:  # type: ignore[no-untyped-def]
 
 
 def test_a_future_record_of_a_purged_batch_is_dead_lettered(
-    make_settings, tmp_path: Path, ipcount_cli
+    make_settings, ipcount_env, tmp_path: Path, ipcount_cli
 ) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings("topics.source_partitions=1")
     ensure_topics(settings)
+    checkpoint = Path(settings.job.checkpoint_location)
     env = {
         "IPCOUNT_JOB_DEAD_LETTER": "true",
         "IPCOUNT_JOB_MAX_FUTURE_SKEW_SECONDS": str(SKEW_S),
-        # 10 records a batch: 1,600 records take 160 counting batches, so Spark's offset log
-        # keeps only batches 60 on when the dead-letter query starts.
+        # 10 records a batch: 500 records take 50 counting batches, so Spark's offset log keeps
+        # only batches ~30 on when the dead-letter query starts (it keeps 20, see _RETAIN).
         "IPCOUNT_JOB_MAX_OFFSETS_PER_TRIGGER": "10",
     }
     ledger = Ledger(window_ms=5000)
     now = int(time.time() * 1000)
     t0 = (now - 120_000) // 5000 * 5000
-    # Future for the first batches (planned within ~40 s of now: the run's start-up), no longer
-    # future for a batch planned later, such as the oldest one Spark keeps at the end.
+    # Future for batch 0 (planned within ~40 s of now: the run's start-up); no longer future for
+    # a batch planned after `near - SKEW_S`, such as the oldest one Spark keeps at the end: the
+    # job is frozen right after its batch 0 until then (asserted below, whatever the machine's
+    # speed; without the freeze a fast run planned every batch before it).
     near = now + (SKEW_S + 40) * 1000
     near_line = format_record("198.51.100.9", near).encode()
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
     producer.produce(settings.topics.source, value=near_line)
-    for n in range(1_600):
+    for n in range(500):
         ip, at = f"10.5.0.{n % 8}", t0 + (n // 20) * 1000
         producer.produce(settings.topics.source, value=format_record(ip, at))
         ledger.add(at, ip)
     assert producer.flush(30) == 0
 
-    run = ipcount_cli(
-        settings, "run", "--available-now", "--close-all-windows", env=env, timeout=900
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = _batch_lines(run)
-    assert "ipcount batch 159:" in lines or "ipcount batch 160:" in lines, lines[-2000:]
+    argv = [sys.executable, "-m", "ipcount", *_RETAIN, "run", "--available-now"]
+    job = JobProcess(
+        [*argv, "--close-all-windows"], tmp_path / "job.log", env=ipcount_env(settings, env),
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while "ipcount batch 0:" not in job.log_text():
+            assert job.alive and time.monotonic() < deadline, job.log_tail()
+            time.sleep(0.1)
+        job.freeze()
+        time.sleep(max(0.0, (near - SKEW_S * 1000) / 1000 + 1 - time.time()))
+        job.thaw()
+        deadline = time.monotonic() + 600
+        while job.alive:
+            assert time.monotonic() < deadline, job.log_tail()
+            time.sleep(0.5)
+    finally:
+        job.thaw()
+        job.terminate(timeout=60)
+    text = job.log_text()
+    assert job.returncode == 0, text[-3000:]
+    lines = "\n".join(line for line in text.splitlines() if " batch " in line)
+    assert "ipcount batch 49:" in lines or "ipcount batch 50:" in lines, lines[-2000:]
     # The counting query's first batch judged it future (not counted) ...
     assert " future=1 " in lines, lines[:3000]
+    # ... batch 0's offset log entry is purged, and the oldest one kept was planned when the
+    # record was no longer future: judged by that batch, it would be neither counted nor
+    # dead-lettered.
+    kept = sorted(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    assert kept and kept[0] > 0, kept[:5]
+    entry = (checkpoint / "offsets" / str(kept[0])).read_text().splitlines()[1]
+    planned = json.loads(entry)["batchTimestampMs"]
+    assert planned > near - SKEW_S * 1000, (kept[0], planned, near)
     # ... so the dead letters must hold it: counted or dead-lettered, never neither.
     dead = _dead_letters(settings)
     assert [d.value for d in dead] == [near_line], [d.value[:80] for d in dead]

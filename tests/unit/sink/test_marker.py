@@ -90,3 +90,20 @@ def test_one_read_of_the_topic_keeps_the_newest_marker_and_where_it_was_read() -
     assert view.markers["q1"].batch_id == 7 and view.markers["q1"].position == (0, 5)
     with pytest.raises(SinkError, match=r"progress\[0\]@6.*key 'q1'"):
         view.add(b"q1", b"{}", (0, 6, "progress[0]@6"))
+
+
+def test_a_sink_tasks_marker_has_its_own_key_and_is_kept_apart_from_the_querys() -> None:
+    """sink.commit_by "tasks": a task's marker names its sink partition, is keyed by it (so
+    compaction keeps every partition's newest), and never stands in for the query's marker."""
+    task = ProgressMarker(query_id="q1", batch_id=8, records=3, sink_partition=1)
+    assert task.key == b"q1#p1"
+    assert ProgressMarker.decode(task.encode(), where="") == task
+    assert b"sinkPartition" not in ProgressMarker(query_id="q1", batch_id=8).encode()
+    view = ProgressView()
+    view.add(b"q1", TODAY_COMMIT, (0, 5, "progress[0]@5"))
+    view.add(task.key, task.encode(), (0, 6, "progress[0]@6"))
+    view.add(b"q1#p0", ProgressMarker("q1", 6, sink_partition=0).encode(), (0, 7, "@7"))
+    assert view.markers["q1"].batch_id == 7 and view.newest("q1") == view.markers["q1"]
+    assert view.newest("q1", 1) == task and view.newest("q1", 1).position == (0, 6)  # type: ignore[union-attr]
+    assert view.newest("q1", 0).batch_id == 6  # type: ignore[union-attr]
+    assert view.newest("q1", 2) is None

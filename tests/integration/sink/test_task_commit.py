@@ -1,0 +1,134 @@
+"""sink.commit_by "tasks" against a real broker: each sink task's share in its own transaction,
+two attempts of one task, the query's marker beside the tasks', and what must be refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from ipcount.config import Settings
+from ipcount.errors import SinkHistoryError
+from ipcount.formats.avro import IpCount, SingleObjectCodec
+from ipcount.kafka.topic_reader import TopicReader
+from ipcount.kafka.topics import ensure_topics
+from ipcount.sink.producer_config import TxnConfig, default_transactional_id
+from ipcount.sink.runs import read_progress
+from ipcount.sink.task_commit import BATCH_ID_PROPERTY, commit_task, task_config
+from ipcount.sink.transaction import TxnSession
+
+CODEC = SingleObjectCodec()
+W = 5000
+
+
+class _Ctx:
+    """What a sink task learns from Spark's TaskContext: its partition and its batch id."""
+
+    def __init__(self, partition: int, batch_id: int) -> None:
+        self.partition, self.batch_id = partition, batch_id
+
+    def partitionId(self) -> int:  # noqa: N802 - pyspark's name
+        return self.partition
+
+    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - pyspark's name
+        return str(self.batch_id) if key == BATCH_ID_PROPERTY else None
+
+
+def _config(settings: Settings, **changes: object) -> TxnConfig:
+    qid = f"q-{uuid.uuid4().hex[:8]}"
+    cfg = TxnConfig(
+        topic=settings.topics.sink,
+        progress_topic=settings.topics.progress,
+        query_id=qid,
+        transactional_id=default_transactional_id(qid),
+        producer_conf=settings.kafka.to_librdkafka("producer"),
+        consumer_conf=settings.kafka.to_librdkafka("consumer"),
+        retry_deadline_seconds=10.0,
+        commit_by="tasks",
+        fault_points=False,
+    )
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+def _records(batch: int, partition: int, n: int = 3) -> list[tuple[bytes, bytes]]:
+    results = [
+        IpCount(batch * W, (batch + 1) * W, f"10.{partition}.{batch}.{i}", i + 1) for i in range(n)
+    ]
+    return [(r.ip.encode(), CODEC.encode(dataclasses.asdict(r))) for r in results]
+
+
+def _read(settings: Settings) -> list[str]:
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.sink, isolation="read_committed") as reader:
+        return sorted(CODEC.decode(r.value).ip for r in reader.read_to_end(20))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sink_settings(make_settings: Callable[..., Settings]) -> Settings:
+    settings = make_settings()
+    ensure_topics(settings)
+    return settings
+
+
+def test_tasks_commit_their_shares_and_the_driver_their_sum(sink_settings: Settings) -> None:
+    cfg = _config(sink_settings)
+    reports = [commit_task(cfg, _Ctx(p, 0), _records(0, p)) for p in (0, 1)]
+    assert [(r.status, r.records) for r in reports] == [("committed", 3), ("committed", 3)]
+    driver = TxnSession(cfg)
+    assert driver.commit_batch(0, [], written=(6, 0)).status == "committed"
+
+    view = read_progress(cfg.consumer_conf, cfg.progress_topic, 10)
+    assert view.newest(cfg.query_id) is not None
+    assert view.newest(cfg.query_id).records == 6  # type: ignore[union-attr]
+    for p in (0, 1):
+        mine = view.newest(cfg.query_id, p)
+        assert mine is not None and (mine.batch_id, mine.records) == (0, 3)
+        assert mine.transactional_id == f"{cfg.transactional_id}-p{p}"
+    assert _read(sink_settings) == sorted([f"10.{p}.0.{i}" for p in (0, 1) for i in range(3)])
+
+
+def test_a_second_attempt_of_a_task_writes_nothing_twice(sink_settings: Settings) -> None:
+    """Two attempts of one task (a retried task, a lost executor that still runs, a zombie job):
+    the same transactional.id, so each fences the other; whichever commits first, the other finds
+    its marker and skips the batch."""
+    cfg = _config(sink_settings)
+    first = TxnSession(task_config(cfg, 0))
+    assert first.commit_batch(0, _records(0, 0)).status == "committed"  # warm producer
+    # The second attempt of batch 1 commits; the first (warm, unaware) then tries batch 1 too.
+    assert commit_task(cfg, _Ctx(0, 1), _records(1, 0)).status == "committed"
+    assert first.commit_batch(1, _records(1, 0)).status == "replay"
+    assert first.commit_batch(2, _records(2, 0)).status == "committed"
+    assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(3) for i in range(3))
+
+
+def test_a_batch_the_query_recorded_is_skipped_by_every_task(sink_settings: Settings) -> None:
+    """The query's marker covers its partitions: a task with no marker of its own (a partition
+    that was empty, or a query that ran with commit_by "driver" before) skips what it records."""
+    cfg = _config(sink_settings)
+    driver = TxnSession(dataclasses.replace(cfg, commit_by="driver"))
+    assert driver.commit_batch(4, _records(4, 9)).status == "committed"
+    assert commit_task(cfg, _Ctx(1, 4), _records(4, 1)).status == "replay"
+    assert commit_task(cfg, _Ctx(1, 5), _records(5, 1)).status == "committed"
+    assert _read(sink_settings) == sorted(
+        [f"10.9.4.{i}" for i in range(3)] + [f"10.1.5.{i}" for i in range(3)]
+    )
+
+
+def test_a_task_asked_for_an_older_batch_stops(sink_settings: Settings) -> None:
+    cfg = _config(sink_settings)
+    commit_task(cfg, _Ctx(0, 7), _records(7, 0))
+    with pytest.raises(SinkHistoryError, match="checkpoint is older than the sink's history"):
+        commit_task(cfg, _Ctx(0, 6), _records(6, 0))
+
+
+def test_commit_by_driver_refuses_a_batch_its_tasks_half_wrote(sink_settings: Settings) -> None:
+    """Switching back to commit_by "driver" in the middle of a batch would write the partitions
+    the tasks committed again: refused, with what to do."""
+    cfg = _config(sink_settings)
+    commit_task(cfg, _Ctx(1, 0), _records(0, 1))
+    driver = TxnSession(dataclasses.replace(cfg, commit_by="driver"))
+    with pytest.raises(SinkHistoryError, match='commit_by = "tasks" until that batch is done'):
+        driver.commit_batch(0, _records(0, 0) + _records(0, 1))
+    assert _read(sink_settings) == sorted(f"10.1.0.{i}" for i in range(3))

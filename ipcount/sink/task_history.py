@@ -18,10 +18,10 @@ def older_than_committed(cfg: TxnConfig, batch_id: int, committed: int) -> SinkH
     return SinkHistoryError(
         f"sink task {cfg.sink_partition} of query {cfg.query_id} was asked to write batch "
         f"{batch_id} to {cfg.topic!r}, but batch {committed} of this query is already committed "
-        "there: the checkpoint is older than the sink's history (a restored copy, or a second "
-        "job on the same checkpoint). The job stops rather than count anything twice or skip "
-        "it: use the checkpoint that committed that batch, or start with `--new-query` on a new "
-        "checkpoint"
+        "there: the checkpoint is older than the sink's history. If another process runs this "
+        "query on the same checkpoint, stop one of them: this one stops here and writes nothing. "
+        "Otherwise restore the checkpoint that committed that batch, or start with `--new-query` "
+        "on a new checkpoint"
     )
 
 

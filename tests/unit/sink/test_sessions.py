@@ -1,0 +1,31 @@
+"""The process-wide sink sessions: kept warm across batches, a bounded number per Python worker
+(with sink.commit_by "tasks" one worker may serve many sink partitions over time)."""
+
+from __future__ import annotations
+
+from ipcount.sink import transaction
+from ipcount.sink.producer_config import TxnConfig
+from ipcount.sink.task_commit import task_config
+
+
+def _config() -> TxnConfig:
+    return TxnConfig(
+        topic="sink",
+        progress_topic="progress",
+        query_id="q1",
+        transactional_id="ipcount-q1",
+        producer_conf={"bootstrap.servers": "127.0.0.1:1"},
+        commit_by="tasks",
+    )
+
+
+def test_a_worker_keeps_the_sessions_it_served_last() -> None:
+    base = _config()
+    first = transaction.session_for(task_config(base, 0))
+    assert transaction.session_for(task_config(base, 0)) is first
+    others = [transaction.session_for(task_config(base, p)) for p in range(1, 20)]
+    assert len(transaction._SESSIONS) == transaction.MAX_SESSIONS
+    assert transaction.session_for(task_config(base, 19)) is others[-1]
+    # Partition 0 was served longest ago: its session was closed; it comes back as a new one.
+    again = transaction.session_for(task_config(base, 0))
+    assert again is not first and again.config.transactional_id == "ipcount-q1-p0"

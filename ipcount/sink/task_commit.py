@@ -12,7 +12,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from ipcount.errors import SinkError
 from ipcount.sink.producer_config import Record, TxnConfig, task_transactional_id
-from ipcount.sink.transaction import session_for
+from ipcount.sink.sessions import session_for
 
 __all__ = ["BATCH_ID_PROPERTY", "TaskCommitReport", "commit_task", "task_config", "written_by"]
 

@@ -1,10 +1,9 @@
-"""The sink's transactional session (driver): one Kafka transaction per micro-batch with its
-records and a progress marker, idempotent replay, and the process-wide session per id."""
+"""The sink's transactional session: one Kafka transaction per micro-batch with its records and a
+progress marker, and idempotent replay (the driver's; with sink.commit_by "tasks" each task's)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 
@@ -24,7 +23,7 @@ from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
 from ipcount.sink.runs import read_progress
 from ipcount.sink.task_history import check_no_task_ahead, older_than_committed
 
-__all__ = ["TxnSession", "session_for", "abort_open_transaction"]
+__all__ = ["TxnSession"]
 
 logger = logging.getLogger(__name__)
 
@@ -367,28 +366,3 @@ class TxnSession(TxnCalls):
         super()._discard()
         self.last_committed = None
         self.last_marker = None
-
-
-# Commits run in a reused Python process on the driver, while the writer object is rebuilt for
-# every batch: the producer and the last committed batchId therefore live at module level.
-_SESSIONS: dict[str, TxnSession] = {}
-_LOCK = threading.Lock()
-
-
-def session_for(config: TxnConfig) -> TxnSession:
-    """The process-wide session for `config.transactional_id` (replaced if the config changed)."""
-    with _LOCK:
-        current = _SESSIONS.get(config.transactional_id)
-        if current is None or current.config != config:
-            if current is not None:
-                current.close()
-            current = TxnSession(config)
-            _SESSIONS[config.transactional_id] = current
-        return current
-
-
-def abort_open_transaction(transactional_id: str, batch_id: int) -> bool:
-    """Abort the process-wide session's open transaction, if it has one."""
-    with _LOCK:
-        session = _SESSIONS.get(transactional_id)
-    return session is not None and session.abort_open(batch_id)

@@ -17,8 +17,8 @@ from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_co
 from ipcount.sink.columns import bytes_column, check_schema, millis
 from ipcount.sink.dead_letters import DeadLetterLimits, bound_record, message_max_bytes
 from ipcount.sink.producer_config import Record, TxnConfig, default_transactional_id, new_run_id
+from ipcount.sink.sessions import abort_open_transaction, session_for
 from ipcount.sink.task_commit import commit_task, written_by
-from ipcount.sink.transaction import abort_open_transaction, session_for
 from ipcount.worker_gc import freeze_long_lived
 
 __all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]

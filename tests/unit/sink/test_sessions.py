@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ipcount.sink import transaction
+from ipcount.sink import sessions
 from ipcount.sink.producer_config import TxnConfig
 from ipcount.sink.task_commit import task_config
 
@@ -21,11 +21,11 @@ def _config() -> TxnConfig:
 
 def test_a_worker_keeps_the_sessions_it_served_last() -> None:
     base = _config()
-    first = transaction.session_for(task_config(base, 0))
-    assert transaction.session_for(task_config(base, 0)) is first
-    others = [transaction.session_for(task_config(base, p)) for p in range(1, 20)]
-    assert len(transaction._SESSIONS) == transaction.MAX_SESSIONS
-    assert transaction.session_for(task_config(base, 19)) is others[-1]
+    first = sessions.session_for(task_config(base, 0))
+    assert sessions.session_for(task_config(base, 0)) is first
+    others = [sessions.session_for(task_config(base, p)) for p in range(1, 20)]
+    assert len(sessions._SESSIONS) == sessions.MAX_SESSIONS
+    assert sessions.session_for(task_config(base, 19)) is others[-1]
     # Partition 0 was served longest ago: its session was closed; it comes back as a new one.
-    again = transaction.session_for(task_config(base, 0))
+    again = sessions.session_for(task_config(base, 0))
     assert again is not first and again.config.transactional_id == "ipcount-q1-p0"

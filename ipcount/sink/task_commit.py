@@ -36,6 +36,8 @@ class TaskCommitReport(WriterCommitMessage):
     status: str
     records: int = 0
     late_records: int = 0
+    # How long the task's commit took (its transaction, or finding the batch committed).
+    seconds: float = 0.0
 
 
 def task_config(config: TxnConfig, sink_partition: int) -> TxnConfig:
@@ -75,10 +77,28 @@ def commit_task(config: TxnConfig, ctx: _TaskContext, records: list[Record]) -> 
         outcome.status,
         marker.records if counted and marker is not None else 0,
         (marker.late_records or 0) if counted and marker is not None else 0,
+        outcome.seconds,
     )
 
 
-def written_by(reports: list[WriterCommitMessage | None]) -> tuple[int, int]:
-    """The results the batch's sink tasks committed: (to the sink topic, to other topics)."""
+def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tuple[int, int]:
+    """The results the batch's sink tasks committed: (to the sink topic, to other topics).
+    Runs on the driver, which receives these counts and nothing of the results."""
     done = [r for r in reports if isinstance(r, TaskCommitReport)]
-    return sum(r.records for r in done), sum(r.late_records for r in done)
+    written = sum(r.records for r in done), sum(r.late_records for r in done)
+    if done:
+        logger.info(
+            "batch %d: %d sink task(s) wrote %d records (+%d corrections) in their own "
+            "transactions (%s; slowest commit %.3fs)",
+            batch_id,
+            len(done),
+            written[0],
+            written[1],
+            ", ".join(f"{r.partition_id}: {r.status}" for r in sorted(done, key=_partition)),
+            max(r.seconds for r in done),
+        )
+    return written
+
+
+def _partition(report: TaskCommitReport) -> int:
+    return report.partition_id

@@ -311,7 +311,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         """Write the batch in one transaction with its progress marker (commit_by "tasks": the
         marker only, counting what the tasks committed). Runs on the driver."""
         if self.config.commit_by == "tasks":
-            written = written_by(messages)
+            written = written_by(batchId, messages)
             session_for(self.config).commit_batch(batchId, [], written=written)
             return
         records = (

@@ -31,11 +31,13 @@ def test_a_short_soak_restarts_the_job_reports_each_interval_and_is_exact(
         "spark.conf.spark.sql.streaming.stateStore.maintenanceInterval=2s",
         "spark.conf.spark.sql.streaming.stateStore.minDeltasForSnapshot=5",
     ]
+    # Restarts at 25 s (SIGTERM) and 50 s (SIGKILL), each after the job's first batch (~13 s from
+    # its start on 2 cores; an earlier signal is handled too), a sample every 15 s: four or more.
     run = subprocess.run(
         [sys.executable, "-m", "ipcount", "--config", str(ROOT / "conf" / "ipcount.toml"),
          *(a for s in sets for a in ("--set", s)),
-         "soak", "--work-dir", str(tmp_path), "--duration", "75", "--rate", "200",
-         "--restart-every", "30", "--report-every", "20", "--ips", "50",
+         "soak", "--work-dir", str(tmp_path), "--duration", "60", "--rate", "200",
+         "--restart-every", "25", "--report-every", "15", "--ips", "50",
          "--trigger-interval", "0.5"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

@@ -12,9 +12,12 @@ from ipcount.chaos.processes import batch_ids
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topic_reader import TopicReader
-from ipcount.sink.marker import ProgressMarker
+from ipcount.sink.marker import PARTITION_KEY_SEPARATOR, ProgressMarker
 
-__all__ = ["query_id", "progress_markers", "crash_evidence", "confirm_faults"]
+__all__ = ["Slot", "query_id", "progress_markers", "crash_evidence", "confirm_faults"]
+
+# Whose marker and which batch: (sink partition, None for the query's own marker; batch id).
+Slot = tuple[int | None, int]
 
 
 def query_id(checkpoint: str | Path) -> str | None:
@@ -26,16 +29,19 @@ def query_id(checkpoint: str | Path) -> str | None:
         return None
 
 
-def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[int]:
-    """How many progress markers of `query` per batch id a reader with `isolation` sees.
+def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[Slot]:
+    """How many progress markers of `query` per (sink partition, batch id) a reader with
+    `isolation` sees: partition None is the query's own marker, a number a sink task's
+    (sink.commit_by "tasks": the faults strike inside the tasks' transactions).
 
     With read_uncommitted this includes markers of open and aborted transactions (a
     read_committed reader would wait behind an open one).
 
     Raises:
-        SinkError: a record under the query's key is not a progress marker.
+        SinkError: a record under the query's keys is not a progress marker.
     """
-    seen: Counter[int] = Counter()
+    seen: Counter[Slot] = Counter()
+    mine, tasks = query.encode(), (query + PARTITION_KEY_SEPARATOR).encode()
     with TopicReader(
         settings.kafka.to_librdkafka("consumer"),
         settings.topics.progress,
@@ -43,9 +49,23 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
         topic_setting="topics.progress",
     ) as reader:
         for rec in reader.read_to_end(30):
-            if rec.key == query.encode():
-                seen[ProgressMarker.decode(rec.value, where=rec.where).batch_id] += 1
+            if rec.key == mine or (rec.key or b"").startswith(tasks):
+                marker = ProgressMarker.decode(rec.value, where=rec.where)
+                seen[marker.sink_partition, marker.batch_id] += 1
     return seen
+
+
+def _written_by(seen: Counter[Slot]) -> int | None:
+    """Who writes the results: None, the query's marker (commit_by "driver"); 0, its tasks."""
+    return 0 if any(partition is not None for partition, _ in seen) else None
+
+
+def _where(seen: Counter[Slot], batch: int, yes: str, no: str) -> str:
+    """`yes`/`no`: whether a marker of `batch` is seen (naming the sink tasks that have one)."""
+    if _written_by(seen) is None:
+        return yes if seen[None, batch] else no
+    tasks = sorted(p for p, b in seen if p is not None and b == batch)
+    return f"{yes} (sink task {', '.join(map(str, tasks))})" if tasks else no
 
 
 def crash_evidence(settings: Settings, checkpoint: Path, kind: str, batch: int) -> str:
@@ -59,11 +79,11 @@ def crash_evidence(settings: Settings, checkpoint: Path, kind: str, batch: int) 
         if kind == AFTER_COMMIT:
             # No transaction is open after the commit: read_committed reads to the end.
             seen = progress_markers(settings, query, "read_committed")
-            where = "committed in Kafka" if seen[batch] else "NOT committed in Kafka"
+            where = _where(seen, batch, "committed in Kafka", "NOT committed in Kafka")
         else:
             # read_committed would wait behind the open transaction: look at it uncommitted.
             seen = progress_markers(settings, query, "read_uncommitted")
-            where = "marker in an open transaction" if seen[batch] else "no marker in Kafka"
+            where = _where(seen, batch, "marker in an open transaction", "no marker in Kafka")
     except IpcountError as exc:
         return f"{text}; progress topic unreadable: {exc}"
     return f"{text}, {where}"
@@ -88,16 +108,27 @@ def confirm_faults(
     committed = progress_markers(settings, query, "read_committed")
     everything = progress_markers(settings, query, "read_uncommitted")
     good, bad = [], []
+    # With commit_by "tasks" the fault struck one task's transaction: some partition shows it.
+    tasks = sorted(p for p, _ in everything if p is not None)
+    writers: list[int | None] = [*tasks] if tasks else [None]
     for ev in fired:
         n = ev.batch if ev.batch is not None else -1
-        c, u = committed[n], everything[n]
-        if ev.kind == BEFORE_COMMIT and c == 1 and u >= 2:
+        counts = [(p, committed[p, n], everything[p, n]) for p in writers]
+        if committed[None, n] > 1 or any(c > 1 for _, c, _ in counts):
+            bad.append(f"{ev.kind}@{n}: a marker committed twice: {_counts(counts)}")
+        elif ev.kind == BEFORE_COMMIT and any(c == 1 and u >= 2 for _, c, u in counts):
             good.append(f"{ev.kind}@{n}: transaction aborted, batch rewritten once by the restart")
-        elif ev.kind == AFTER_COMMIT and c == 1 and u == 1:
+        elif ev.kind == AFTER_COMMIT and any(c == 1 and u == 1 for _, c, u in counts):
             good.append(f"{ev.kind}@{n}: commit stood, the restart skipped the replay")
         else:
             bad.append(
-                f"{ev.kind}@{n}: progress markers committed={c} all={u}: the crash did not leave "
-                "what this fault point should"
+                f"{ev.kind}@{n}: progress markers {_counts(counts)}: the crash did not leave what "
+                "this fault point should"
             )
     return good, bad
+
+
+def _counts(counts: list[tuple[int | None, int, int]]) -> str:
+    return "; ".join(
+        (f"task {p}: " if p is not None else "") + f"committed={c} all={u}" for p, c, u in counts
+    )

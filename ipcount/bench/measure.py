@@ -1,5 +1,5 @@
-"""What the throughput, latency and scaling benchmarks share: the pre-load spec, one measured
-AvailableNow run of the job and its final line. Bench process side."""
+"""What the throughput, latency, scaling and costs benchmarks share: the pre-load plan, one
+measured AvailableNow run of the job and its final line. Bench process side."""
 
 from __future__ import annotations
 
@@ -11,13 +11,26 @@ from ipcount.errors import ConfigError
 from loadgen.generator import SynthSpec
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
+    import argparse
+    from pathlib import Path
+
     from ipcount.bench.job_launcher import JobRun
     from ipcount.bench.report import PhaseTotals, StageTotals
     from ipcount.bench.workspace import BenchEnv
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
+    from loadgen.synth import SynthResult
 
-__all__ = ["RunFigures", "measure_run", "synth_spec", "final_line", "fmt_num", "spark_pairs"]
+__all__ = [
+    "PreloadPlan",
+    "RunFigures",
+    "measure_run",
+    "plan_preload",
+    "synth_spec",
+    "final_line",
+    "fmt_num",
+    "spark_pairs",
+]
 
 
 def synth_spec(
@@ -34,6 +47,51 @@ def synth_spec(
     )
     spec.validate()
     return spec
+
+
+@dataclass(frozen=True)
+class PreloadPlan:
+    """A fresh source topic to pre-load: its settings, the overrides that rebuild them in the
+    job's process, the generator's spec and the first event time."""
+
+    settings: Settings
+    overrides: list[str]
+    spec: SynthSpec
+    start_ms: int
+
+    def load(self, records: int, ledger_path: Path) -> SynthResult:
+        """Create the topics and load `records` records; the ledger goes to `ledger_path`."""
+        from ipcount.bench.workspace import preload
+
+        return preload(self.settings, records, self.spec, self.start_ms, ledger_path)
+
+
+def plan_preload(
+    env: BenchEnv,
+    tag: str,
+    args: argparse.Namespace,
+    *extra: str,
+    partitions: int | None = None,
+    ips: int | None = None,
+    skew: float | None = None,
+) -> PreloadPlan:
+    """The source of a pre-loading benchmark, shaped by its load options (--partitions, --ips,
+    --skew, --event-rate, --seed, --start) unless `partitions`, `ips` or `skew` say otherwise (a
+    scaling cell); `extra` are more setting overrides for the job."""
+    from ipcount.bench.workspace import DEFAULT_START_MS
+    from loadgen.generator import parse_start
+
+    part = args.partitions if partitions is None else partitions
+    settings, overrides = env.settings(tag, f"topics.source_partitions={part}", *extra)
+    spec = synth_spec(
+        settings,
+        args.ips if ips is None else ips,
+        args.skew if skew is None else skew,
+        args.event_rate,
+        args.seed,
+    )
+    start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
+    return PreloadPlan(settings, overrides, spec, start_ms)
 
 
 @dataclass

@@ -41,6 +41,10 @@ def validate(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{name} must be positive, got {value}")
     if getattr(args, "event_rate", 1) <= 0:
         raise ConfigError(f"--event-rate must be positive, got {args.event_rate}")
+    if getattr(args, "start", None):
+        from loadgen.generator import parse_start
+
+        parse_start(args.start)  # a bad --start fails here, before any broker starts
 
 
 def sustained_overrides(args: argparse.Namespace) -> list[str]:

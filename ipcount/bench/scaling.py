@@ -16,8 +16,8 @@ from ipcount.bench.measure import (
     final_line,
     fmt_num,
     measure_run,
+    plan_preload,
     spark_pairs,
-    synth_spec,
 )
 from ipcount.bench.options import Say
 from ipcount.errors import ConfigError
@@ -135,29 +135,26 @@ def _select(args: argparse.Namespace) -> list[Cell]:
 
 
 def _load_source(
-    env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, start_ms: int, say: Say
+    env: BenchEnv, shape: tuple[int, int, float], args: argparse.Namespace, say: Say
 ) -> _Source:
     """Create a source topic of this shape on env's broker and pre-load --records records."""
-    from ipcount.bench.workspace import preload
     from ipcount.verify.ledger import Ledger
 
     part, ips, skew = shape
-    src, overrides = env.settings(f"p{part}-i{ips}", f"topics.source_partitions={part}")
-    spec = synth_spec(src, ips, skew, args.event_rate, args.seed)
+    plan = plan_preload(env, f"p{part}-i{ips}", args, partitions=part, ips=ips, skew=skew)
     path = env.workdir / f"ledger-p{part}-i{ips}-s{skew:g}.jsonl"
-    loaded = preload(src, args.records, spec, start_ms, path)
+    loaded = plan.load(args.records, path)
     say(
         f"bench scaling: loaded {args.records} records, {part} partitions, "
         f"{ips} IPs skew {skew:g} in {loaded.seconds:.1f}s"
     )
-    return _Source(overrides, Ledger.load(path), loaded.seconds)
+    return _Source(plan.overrides, Ledger.load(path), loaded.seconds)
 
 
 def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
     """Run every selected cell (`--repeat` times, interleaved); progress and the table, a line
     each to `say`."""
-    from ipcount.bench.workspace import DEFAULT_START_MS, bench_env
-    from loadgen.generator import parse_start
+    from ipcount.bench.workspace import bench_env
 
     cells = _select(args)
     if args.list_cells:
@@ -170,7 +167,6 @@ def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
         return 0
     if args.repeat < 1:
         raise ConfigError("--repeat must be at least 1")
-    start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
     spark_conf = spark_pairs(args.spark_conf)
     rows: list[_Row] = []
     # noida-db re-persists everything it holds after writes, so its CPU (taken from the job's two
@@ -202,7 +198,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
                 with new_env() if shared is None else contextlib.nullcontext(shared) as env:
                     source = sources.get(shape)
                     if source is None:
-                        source = _load_source(env, shape, args, start_ms, say)
+                        source = _load_source(env, shape, args, say)
                         if shared is not None:
                             sources[shape] = source
                     fig = measure_run(

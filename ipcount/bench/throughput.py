@@ -11,8 +11,8 @@ from ipcount.bench.measure import (
     final_line,
     fmt_num,
     measure_run,
+    plan_preload,
     spark_pairs,
-    synth_spec,
 )
 from ipcount.bench.options import Say, sustained_overrides
 
@@ -133,34 +133,29 @@ def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> in
     several); Y runs from the job process's launch to the run's end, every window visible to
     read_committed readers.
     """
-    from ipcount.bench.workspace import DEFAULT_START_MS, bench_env, preload
+    from ipcount.bench.workspace import bench_env
     from ipcount.verify.ledger import Ledger
-    from loadgen.generator import parse_start
 
-    start_ms = parse_start(args.start) if args.start else DEFAULT_START_MS
     spark_conf = spark_pairs(args.spark_conf)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
-        src, overrides = env.settings(
-            "bench", f"topics.source_partitions={args.partitions}", *sustained_overrides(args)
-        )
-        spec = synth_spec(src, args.ips, args.skew, args.event_rate, args.seed)
+        plan = plan_preload(env, "bench", args, *sustained_overrides(args))
         say(
             f"bench: broker {env.bootstrap}{'' if env.own_broker else ' (given)'}; loading "
-            f"{args.records} records into {src.topics.source} ({args.partitions} partitions, "
-            f"{args.ips} IPs skew {args.skew:g}, {args.event_rate:g} records per event-time "
-            f"second from {start_ms})"
+            f"{args.records} records into {plan.settings.topics.source} ({args.partitions} "
+            f"partitions, {args.ips} IPs skew {args.skew:g}, {args.event_rate:g} records per "
+            f"event-time second from {plan.start_ms})"
         )
         if args.keep:
             say(f"bench: work directory (kept): {env.workdir}")
         ledger_path = env.workdir / "ledger.jsonl"
-        loaded = preload(src, args.records, spec, start_ms, ledger_path)
+        loaded = plan.load(args.records, ledger_path)
         say(
             f"bench: loaded records={loaded.records} load_s={loaded.seconds:.1f} "
             f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)"
         )
         ledger = Ledger.load(ledger_path)
         fig = measure_run(
-            env, overrides, "bench", args.records, ledger, spark_conf=spark_conf,
+            env, plan.overrides, "bench", args.records, ledger, spark_conf=spark_conf,
             event_log=not args.no_event_log, timeout=args.timeout,
         )  # fmt: skip
         for line in report_lines(fig, args.verbose):

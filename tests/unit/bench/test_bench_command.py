@@ -66,3 +66,13 @@ def test_a_bad_size_names_its_option() -> None:
     args = build_parser().parse_args(["bench", "throughput", "--partitions", "0"])
     with pytest.raises(ConfigError, match="--partitions must be positive"):
         validate(args)
+
+
+@pytest.mark.parametrize("bench", ["throughput", "sustained", "scaling", "costs"])
+def test_a_bad_start_names_its_option_before_any_broker_starts(bench: str) -> None:
+    from ipcount.bench.options import validate
+    from ipcount.errors import ConfigError
+
+    args = build_parser().parse_args(["bench", bench, "--start", "last tuesday"])
+    with pytest.raises(ConfigError, match="--start 'last tuesday'"):
+        validate(args)

@@ -159,7 +159,7 @@ def _pre_loaded_run(
 ) -> argparse.ArgumentParser:
     """A benchmark that pre-loads --records (default `records`, per cell if `per_cell`) and
     measures AvailableNow runs of the job (`run`, default the throughput run): throughput,
-    sustained, scaling."""
+    sustained, scaling, costs."""
     p = kinds.add_parser(name, help=help, description=description)
     _load_options(p, f"records{' per cell' if per_cell else ''} (default {records:,})")
     _run_options(p, verbose)
@@ -168,18 +168,15 @@ def _pre_loaded_run(
 
 
 def _costs(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "costs",
+    p = _pre_loaded_run(
+        kinds, "costs", 500_000, verbose=False, run=_run_costs,
         help="CPU per record of each step of a read task (fetch, parse, combine, hand-off) and of "
         "the JVM side, as a table",
         description="Pre-load --records records (synth's generator), profile one counting read "
         "task per partition with the job's own functions (CPU time per step), then run the job "
         "over the same records once for the JVM side's per-stage figures (unless --no-job).",
-    )
-    _load_options(p, "records (default 500,000)")
-    _run_options(p, verbose=False)
+    )  # fmt: skip
     p.add_argument("--no-job", action="store_true", help="the Python side only (no Spark run)")
-    p.set_defaults(func=_run_costs, records_default=500_000)
 
 
 def _load_options(p: argparse.ArgumentParser, records_help: str) -> None:

@@ -11,7 +11,7 @@ import io
 import os
 import pstats
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -24,7 +24,7 @@ from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions, parse_options, source_options
-from ipcount.source.partition_reader import read_messages
+from ipcount.source.partition_reader import message_values, read_messages, values_array
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
@@ -36,9 +36,9 @@ COST_ROWS = (
     ("fetch", "librdkafka fetch (its own threads)",
      "the process's CPU less the task thread's while it read: fetch, decompress, queue"),
     ("consume", "consume(): Message objects",
-     "read_messages in the task's thread: consume() builds one Message per record, offsets"),
-    ("value", ".value() of each message", "[m.value() for m in msgs]: one bytes object each"),
-    ("arrow", "Arrow binary array", "pa.array(values, pa.binary())"),
+     "read_messages in the task's thread less the two rows below: consume(), one Message each"),
+    ("value", ".value() of each message", "partition_reader.message_values"),
+    ("arrow", "Arrow binary array", "partition_reader.values_array"),
     ("decode", "UTF-8 check", "null mask, cast to string (Arrow validates UTF-8)"),
     ("match", "line regex (RE2, whole line)", "match_substring_regex(LINE_PATTERN_RE2)"),
     ("prefix", "prefix capture (IP and time text)", "the first space and first quote; slices"),
@@ -108,16 +108,24 @@ def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> N
     per-record steps timed directly, the chunk steps (parse, combine) under cProfile."""
     combiner = Combiner(batch_rules(options, None, None))
     profile = cProfile.Profile(time.thread_time)
-    proc0, thread0 = time.process_time(), time.thread_time()
-    chunks: Iterator[list[Message]] = read_messages(options, rng)
-    while True:
-        msgs = _timed(costs, "consume", lambda: next(chunks, None))
-        if msgs is None:
-            break
-        values = _timed(costs, "value", lambda: [m.value() for m in msgs])  # noqa: B023
-        array = _timed(costs, "arrow", lambda: pa.array(values, pa.binary()))  # noqa: B023
+
+    def convert(msgs: list[Message]) -> pa.Array:  # partition_reader.chunk_values, timed
+        values = _timed(costs, "value", lambda: message_values(msgs))
         costs.records += len(msgs)
         costs.chunks += 1
+        return _timed(costs, "arrow", lambda: values_array(values))
+
+    def converting() -> float:
+        return costs.seconds.get("value", 0.0) + costs.seconds.get("arrow", 0.0)
+
+    proc0, thread0 = time.process_time(), time.thread_time()
+    chunks = read_messages(options, rng, convert=convert)
+    while True:
+        t0, c0 = time.thread_time(), converting()
+        array = next(chunks, None)
+        costs.add("consume", time.thread_time() - t0 - (converting() - c0))
+        if array is None:
+            break
         profile.runcall(combiner.add, array)
     result = _timed(costs, "merge", combiner.result)
     _timed(costs, "handoff", lambda: _hand_off(options, [result]))

@@ -12,7 +12,11 @@ from ipcount.source.clean_ranges import future_bound, is_clean, mark_clean, unma
 from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
-from ipcount.source.partition_reader import read_messages, records_batch
+from ipcount.source.partition_reader import (
+    chunk_values,
+    read_messages,
+    records_batch,
+)
 from ipcount.source.schema import REJECTS_ARROW_SCHEMA
 
 __all__ = ["batch_rules", "read_task"]
@@ -55,8 +59,8 @@ def read_task(
             def lost(n: int) -> None:
                 combiner.lost += n
 
-            for msgs in read_messages(options, rng, on_lost=lost):
-                combiner.add(pa.array([m.value() for m in msgs], pa.binary()))
+            for values in read_messages(options, rng, on_lost=lost, convert=chunk_values):
+                combiner.add(values)
             result = combiner.result()
             if options.clean_range_markers and not (combiner.malformed or combiner.future):
                 # The whole range read, nothing rejected: the dead letters need not read it.
@@ -73,7 +77,7 @@ def read_task(
         return
     parser = ChunkParser()
     for msgs in read_messages(options, rng):
-        parsed = parser.parse(pa.array([m.value() for m in msgs], pa.binary()))
+        parsed = parser.parse(chunk_values(msgs))
         index, reasons = reject_reasons(parsed, rules)
         if not len(index):
             continue

@@ -4,9 +4,11 @@ heartbeat row."""
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterator
-from typing import cast
+from functools import partial
+from typing import Any, TypeVar, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -27,13 +29,26 @@ from ipcount.source.options import SourceOptions
 from ipcount.source.schema import RECORDS_ARROW_SCHEMA, TIMESTAMP
 from ipcount.worker_gc import gc_paused
 
-__all__ = ["BATCH_ROWS", "read_range", "read_messages", "records_batch", "heartbeat_batch"]
+__all__ = [
+    "BATCH_ROWS",
+    "read_range",
+    "read_messages",
+    "records_batch",
+    "heartbeat_batch",
+    "message_values",
+    "values_array",
+    "chunk_values",
+]
 
 logger = logging.getLogger(__name__)
 
 # Rows per Arrow batch handed to Spark: large batches amortize the Python/JVM hand-over.
 BATCH_ROWS = 50_000
 _DATA_LOSS_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+# The largest data buffer a binary array's int32 offsets address.
+_MAX_BINARY_BYTES = 2**31 - 1
+_not_none = partial(operator.is_not, None)
+_T = TypeVar("_T")
 
 
 def _late_before(n: int, late_before_ms: int | None) -> pa.Array:
@@ -102,14 +117,37 @@ def read_range(
         yield records_batch(msgs, rng.topic, rng.partition, late_before_ms)
 
 
+@overload
+def read_messages(
+    options: SourceOptions,
+    rng: OffsetRange,
+    batch_rows: int = ...,
+    on_lost: Callable[[int], None] | None = ...,
+    convert: None = ...,
+) -> Iterator[list[Message]]: ...
+
+
+@overload
+def read_messages(
+    options: SourceOptions,
+    rng: OffsetRange,
+    batch_rows: int = ...,
+    on_lost: Callable[[int], None] | None = ...,
+    *,
+    convert: Callable[[list[Message]], _T],
+) -> Iterator[_T]: ...
+
+
 def read_messages(
     options: SourceOptions,
     rng: OffsetRange,
     batch_rows: int = BATCH_ROWS,
     on_lost: Callable[[int], None] | None = None,
-) -> Iterator[list[Message]]:
+    convert: Callable[[list[Message]], Any] | None = None,
+) -> Iterator[Any]:
     """Read offsets [rng.start, rng.end) of one partition in chunks of at most `batch_rows`
-    records and options.max_bytes_per_batch value bytes (a larger record: a chunk alone).
+    records and options.max_bytes_per_batch value bytes (a larger record: a chunk alone); each
+    chunk as `convert` turns it (e.g. `chunk_values`), else as its Message objects.
 
     Reads until the consumer's position reaches rng.end: control records and aborted records
     occupy offsets but are never returned, so counting records would wait forever. Offsets of
@@ -126,12 +164,42 @@ def read_messages(
         state = _ReadState(rng.start, on_lost)
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         while state.pos < rng.end:
-            # Message objects are GC-tracked: no collections while a batch of them is built.
+            # Message objects are GC-tracked: no collections while a batch of them is built, nor
+            # while `convert` turns it into what the caller keeps; then they are freed before the
+            # collector resumes, which never walks them (it did: 0.25 us per record).
             with gc_paused():
                 chunks = _next_batch(consumer, options, rng, batch_rows, state)
+                if convert is not None:
+                    chunks = [convert(chunk) for chunk in chunks]
             yield from chunks
     finally:
         consumer.close()
+
+
+def message_values(msgs: list[Message]) -> list[bytes | None]:
+    """Each message's value (None: no value), in one C-level pass."""
+    return list(map(Message.value, msgs))
+
+
+def values_array(values: list[bytes | None]) -> pa.Array:
+    """Values as one Arrow binary array (null for None): its data buffer one join of the values
+    and its offsets their lengths' running sums, instead of Arrow visiting each object (0.33 ->
+    0.13 us per record on consumed messages, `ipcount bench costs`)."""
+    n = len(values)
+    if not n or values.count(None):
+        return pa.array(values, pa.binary())
+    present = cast(list[bytes], values)  # no None among them
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, present), dtype=np.int64, count=n), out=offsets[1:])
+    if offsets[-1] > _MAX_BINARY_BYTES:
+        return pa.array(values, pa.binary())
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(present))]
+    return pa.Array.from_buffers(pa.binary(), n, buffers)
+
+
+def chunk_values(msgs: list[Message]) -> pa.Array:
+    """A chunk's values as an Arrow binary array: `read_messages`' convert for the counting."""
+    return values_array(message_values(msgs))
 
 
 class _ReadState:
@@ -185,9 +253,10 @@ def _next_batch(
             max(1, min(batch_rows - len(pending), end - st.pos)), CONSUME_TIMEOUT_S
         )
         if msgs:
-            # (KafkaError == None raises, so no list.count(None) here.)
-            failed = next((i for i, m in enumerate(msgs) if m.error() is not None), None)
-            if failed is not None:
+            # One C-level pass for the common case, no error (KafkaError == None raises, so no
+            # list.count(None) here); then where the first one is.
+            if any(map(_not_none, map(Message.error, msgs))):
+                failed = next(i for i, m in enumerate(msgs) if m.error() is not None)
                 # Records before the error are valid; the error decides where to go on.
                 good = [m for m in msgs[:failed] if offset_of(m) < end]
                 pending.extend(good)

@@ -109,7 +109,8 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipco
         "IPCOUNT_FAULTS": ",".join(f"sink.before_commit@{b}/abort" for b in range(200)),
         "IPCOUNT_FAULTS_STATE": str(tmp_path),
         "IPCOUNT_JOB_RESTART_ATTEMPTS": "20",
-        "IPCOUNT_JOB_RESTART_DELAY_SECONDS": "6",
+        # Long enough for /healthz, polled every 0.3 s, to be seen saying the query is down.
+        "IPCOUNT_JOB_RESTART_DELAY_SECONDS": "3",
         "IPCOUNT_METRICS_LAG_POLL_SECONDS": "1",
     }
     job = _start_job(ipcount_env(settings, env), port, log)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ipcount.config import Settings, load_settings
@@ -165,8 +166,12 @@ def _start_job(env: dict[str, str], port: int, log: Path) -> Any:
 
 
 def test_exact_through_network_faults_and_healthz_says_what_happens(  # type: ignore[no-untyped-def]
-    tmp_path, Feed, ipcount_env, ipcount_cli
+    tmp_path, Feed, ipcount_env, ipcount_cli, broker_kind
 ) -> None:
+    if broker_kind != "kafka":
+        # The proxy sits behind Apache Kafka's advertised listener; a noida-db run starts no JVM
+        # broker (the CI leg on noida-db does not select this test either).
+        pytest.skip("network faults run on Apache Kafka only")
     port = free_port()
     proxy = FaultProxy("127.0.0.1", port).start()
     broker = KafkaBroker(tmp_path / "broker", port=port, advertised_port=proxy.port)

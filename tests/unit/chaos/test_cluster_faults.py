@@ -32,7 +32,10 @@ def test_coordinator_partition_is_kafkas_partition_for() -> None:
 
 def test_active_controller_is_the_leader_of_the_newest_epoch(tmp_path: Path) -> None:
     nodes: list[Any] = []
-    for n, state in ((1, {"leaderId": 2, "leaderEpoch": 4}), (2, {"leaderId": 3, "leaderEpoch": 5})):
+    for n, state in (
+        (1, {"leaderId": 2, "leaderEpoch": 4}),
+        (2, {"leaderId": 3, "leaderEpoch": 5}),
+    ):
         meta = tmp_path / f"n{n}" / "__cluster_metadata-0"
         meta.mkdir(parents=True)
         (meta / "quorum-state").write_text(json.dumps({**state, "votedId": -1}))

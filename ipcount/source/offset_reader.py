@@ -31,11 +31,18 @@ _TAIL_TIMEOUT_S = 10.0
 # gives up soon; the batch interval then decides.
 _PEEK_POLL_S = 0.005
 _PEEK_TIMEOUT_S = 0.5
+# One ListOffsets attempt. librdkafka's admin client sends each partition's request to the leader
+# its metadata names, in any state, and waits for that node to be up for the whole request
+# timeout (rdkafka_admin.c, WAIT_BROKER); a request that fails there is dropped by the fan-out's
+# merge, which leaves the partition answered "unknown" (-1001) without an error. With a killed
+# leader a 30 s attempt used the lookup's whole deadline: short attempts, each by a new client
+# (fresh metadata names the leader elected meanwhile), leave room to ask again. A healthy leader
+# answers in milliseconds.
+_ATTEMPT_TIMEOUT_S = 5.0
 # Answers of a leader that moved since the client's metadata was fetched; librdkafka's own "No
 # leaders found" (_NOENT) when its connections were reset and its metadata holds no leader; an
-# offset it answers "unknown" (LEADER_NOT_AVAILABLE, below), which in the cluster chaos stayed
-# unknown for the whole 30 s after a single node's kill until the client was replaced; and a new
-# leader whose high watermark is not caught up yet (OFFSET_NOT_AVAILABLE).
+# offset it answers "unknown" (LEADER_NOT_AVAILABLE, below: the request to a dead leader timed
+# out); and a new leader whose high watermark is not caught up yet (OFFSET_NOT_AVAILABLE).
 _STALE_LEADER = {
     KafkaError.FENCED_LEADER_EPOCH,
     KafkaError.UNKNOWN_LEADER_EPOCH,
@@ -164,8 +171,9 @@ class KafkaOffsetReader:
             return {}
         deadline = time.monotonic() + DRIVER_TIMEOUT_S
         while True:
+            attempt_s = max(1.0, min(_ATTEMPT_TIMEOUT_S, deadline - time.monotonic()))
             try:
-                return self._list_offsets(partitions, which, read_committed)
+                return self._list_offsets(partitions, which, read_committed, attempt_s)
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 # A restarted or re-elected leader answers with a newer leader epoch
@@ -189,7 +197,11 @@ class KafkaOffsetReader:
                 time.sleep(0.2)
 
     def _list_offsets(
-        self, partitions: list[TopicPartitionKey], which: str, read_committed: bool | None
+        self,
+        partitions: list[TopicPartitionKey],
+        which: str,
+        read_committed: bool | None,
+        timeout_s: float,
     ) -> dict[TopicPartitionKey, int]:
         # confluent_kafka's OffsetSpec factories carry no annotations.
         spec = (
@@ -201,16 +213,17 @@ class KafkaOffsetReader:
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         request = {TopicPartition(t, p): spec for t, p in partitions}
         futures = self._get_admin().list_offsets(
-            request, isolation_level=isolation, request_timeout=DRIVER_TIMEOUT_S
+            request, isolation_level=isolation, request_timeout=timeout_s
         )
         found = {
-            (tp.topic, tp.partition): int(fut.result(timeout=DRIVER_TIMEOUT_S + 5).offset)
+            (tp.topic, tp.partition): int(fut.result(timeout=timeout_s + 5).offset)
             for tp, fut in futures.items()
         }
         unknown = sorted(tp for tp, offset in found.items() if offset < 0)
         if unknown:
-            # librdkafka answers OFFSET_INVALID (-1001) for a partition whose leader is away
-            # (killed, moving): never the log's end, ask again once metadata is refreshed.
+            # librdkafka answers OFFSET_INVALID (-1001) for a partition whose leader's request
+            # failed (a killed leader: timed out waiting for it, see _ATTEMPT_TIMEOUT_S): never
+            # the log's end, ask again with fresh metadata.
             raise KafkaException(
                 KafkaError(
                     KafkaError.LEADER_NOT_AVAILABLE,
@@ -295,9 +308,10 @@ class KafkaOffsetReader:
             return {}
         out: dict[TopicPartitionKey, int] = {}
         try:
-            futures = self._get_admin().list_offsets(request, request_timeout=DRIVER_TIMEOUT_S)
+            # Best effort: a killed leader's partition answers -1001 after the attempt's timeout.
+            futures = self._get_admin().list_offsets(request, request_timeout=_ATTEMPT_TIMEOUT_S)
             for tp, fut in futures.items():
-                info = fut.result(timeout=DRIVER_TIMEOUT_S + 5)
+                info = fut.result(timeout=_ATTEMPT_TIMEOUT_S + 5)
                 key = (tp.topic, tp.partition)
                 if 0 <= info.offset < ends[key]:
                     out[key] = int(info.offset)

@@ -210,3 +210,51 @@ def test_the_sources_offset_lookups_ride_through_a_leader_that_comes_back(
             reader.close()
     finally:
         cluster.stop()
+
+
+def test_the_sources_latest_offsets_answer_soon_after_their_leader_is_killed(
+    tmp_path: Path, broker_kind: str
+) -> None:
+    """The node leading the source's partition is SIGKILLed and stays down. librdkafka's admin
+    ListOffsets sends to the leader its metadata names and waits for that node to come back for
+    the whole request timeout, then answers the partition "unknown" (-1001). The next
+    micro-batch's lookup must answer the log's end soon after a new leader is elected, not fail
+    the query after 30 s."""
+    if broker_kind != "kafka":
+        pytest.skip("a local cluster is Apache Kafka only")
+    from confluent_kafka.admin import NewTopic
+
+    from ipcount.source.offset_reader import KafkaOffsetReader
+    from ipcount.source.options import parse_options
+
+    cluster = KafkaCluster(tmp_path / "cluster", 3)
+    cluster.start(timeout=120)
+    try:
+        bootstrap, topic = cluster.bootstrap, f"src-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for _ in range(5):
+            producer.produce(topic, b"x", partition=0)
+        assert producer.flush(30) == 0
+        reader = KafkaOffsetReader(
+            parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+        )
+        try:
+            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
+            leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+            cluster.node(leader).kill()
+            t0 = time.monotonic()
+            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
+            took = time.monotonic() - t0
+            new_leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+            assert new_leader not in (leader, -1)
+            print(f"leader {leader} killed: latest offset answered after {took:.1f}s")
+            # The broker fences a dead node after broker.session.timeout.ms (4 s locally) and
+            # elects a new leader; the lookup may take one more short attempt after that.
+            assert took < 15, took
+            assert reader.offsets([(topic, 0)], "earliest") == {(topic, 0): 0}
+        finally:
+            reader.close()
+    finally:
+        cluster.stop()

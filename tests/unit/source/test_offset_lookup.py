@@ -107,3 +107,43 @@ def test_a_stale_leader_answer_is_asked_again_by_a_client_with_fresh_metadata(
     _NEXT_ADMIN.append(fresh)
     assert reader.offsets([("src", 2)], "latest") == {("src", 2): 355}
     assert (stale.calls, fresh.calls) == (1, 1)
+
+
+class _DeadLeaderAdmin:
+    """librdkafka's ListOffsets towards a leader whose node was killed: the request waits for the
+    node to come back for its whole request_timeout, then the partition is answered as unknown
+    (-1001) without an error. A client made after the new leader's election answers `offset`."""
+
+    def __init__(self, clock: list[float], offset: int | None) -> None:
+        self.clock, self.offset, self.calls = clock, offset, 0
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Future[Any]]:
+        self.calls += 1
+        if self.offset is None:
+            self.clock[0] += kwargs["request_timeout"]
+        out: dict[Any, Future[Any]] = {}
+        for tp in request:
+            fut: Future[Any] = Future()
+            fut.set_result(SimpleNamespace(offset=-1001 if self.offset is None else self.offset))
+            out[tp] = fut
+        return out
+
+
+def test_a_killed_leader_costs_one_short_attempt_not_the_whole_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node leading the partition was killed: the first attempt goes to it and waits; the
+    lookup must leave time to ask again (a new client, the new leader) within its deadline."""
+    clock = [0.0]
+    monkeypatch.setattr(offset_reader.time, "monotonic", lambda: clock[0])
+
+    def sleep(s: float) -> None:
+        clock[0] += s
+
+    monkeypatch.setattr(offset_reader.time, "sleep", sleep)
+    dead = _DeadLeaderAdmin(clock, None)
+    reader = _reader(dead)  # type: ignore[arg-type]
+    _NEXT_ADMIN.append(_DeadLeaderAdmin(clock, 355))
+    assert reader.offsets([("src", 2)], "latest") == {("src", 2): 355}
+    assert dead.calls == 1
+    assert clock[0] <= 10.0

@@ -29,6 +29,9 @@ class MemoryPeaks:
     workers: int = 0
     total: int = 0
     max_workers: int = 0
+    # The largest single Python worker: in local mode the sink's commit runs in one, so with
+    # sink.commit_by "driver" it holds every result of a batch; with "tasks", a task's share.
+    one_worker: int = 0
     samples: int = 0
     # CPU seconds (user + system) used by each role over the job process's life, from the last
     # sample of every process seen: robust to other load on the machine, unlike wall time.
@@ -142,7 +145,7 @@ class MemorySampler:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
-        jvm = driver = workers = n_workers = 0
+        jvm = driver = workers = n_workers = one_worker = 0
         for proc in procs:
             try:
                 with proc.oneshot():
@@ -160,6 +163,7 @@ class MemorySampler:
             elif name.startswith("python"):
                 workers += rss
                 n_workers += 1
+                one_worker = max(one_worker, rss)
                 role = "workers"
             else:
                 continue
@@ -168,6 +172,7 @@ class MemorySampler:
         p.jvm, p.driver = max(p.jvm, jvm), max(p.driver, driver)
         p.workers, p.max_workers = max(p.workers, workers), max(p.max_workers, n_workers)
         p.total = max(p.total, jvm + driver + workers)
+        p.one_worker = max(p.one_worker, one_worker)
         p.samples += 1
 
     def _sample_machine(self) -> None:

@@ -218,12 +218,12 @@ def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
 
 
 _COLUMNS = (
-    ("cell", 18), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 8), ("shuf", 4), ("store", 7),
+    ("cell", 16), ("part", 4), ("ips", 7), ("skew", 4), ("maxOff", 8), ("shuf", 4), ("store", 7),
     ("batch", 5), ("S", 6), ("ev/s", 7), ("sust/s", 6), ("results", 8), ("start", 5),
     ("first", 5), ("visible", 7),
     ("map", 5), ("reduce", 6), ("driver", 6), ("st.upd", 6), ("st.rm", 5), ("st.cmt", 6),
     ("mapCPU", 6), ("cpuJVM", 6), ("cpuPy", 5), ("cpuBrk", 6),
-    ("jvmMB", 5), ("pyDrvMB", 7), ("pyWrkMB", 7), ("exact", 5),
+    ("jvmMB", 5), ("pyDrv", 5), ("pyWrk", 5), ("pyWk1", 5), ("exact", 5),
 )  # fmt: skip
 
 
@@ -249,7 +249,7 @@ def _row_values(row: _Row) -> list[str]:
         sec(st.task_cpu.get("map") if st.found else None), sec(mem.cpu_jvm),
         sec(mem.cpu_workers + mem.cpu_driver), sec(mem.cpu_broker),
         f"{mem.jvm / 2**20:.0f}", f"{mem.driver / 2**20:.0f}", f"{mem.workers / 2**20:.0f}",
-        "true" if fig.exact else "false",
+        f"{mem.one_worker / 2**20:.0f}", "true" if fig.exact else "false",
     ]  # fmt: skip
 
 
@@ -280,8 +280,11 @@ def format_table(rows: list[_Row]) -> list[str]:
         "its Python processes over the whole run (start-up included): robust to other load, "
         "unlike wall times; cpuBrk: CPU seconds of the local broker meanwhile, taken "
         "from the same cores;",
-        "MB: peak RSS of the driver JVM (local mode: executors too), the Python driver, and all "
-        "Python workers together (forked workers share pages: an upper bound).",
+        "jvmMB, pyDrv, pyWrk: peak RSS (MB) of the driver JVM (local mode: executors too), the "
+        "Python driver, and all "
+        "Python workers together (forked workers share pages: an upper bound); pyWk1: the "
+        "largest single Python worker (MB; local mode runs the sink's commit in one: with "
+        "sink.commit_by driver it holds a batch's every result).",
     ]
     return lines
 

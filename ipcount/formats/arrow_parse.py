@@ -119,39 +119,6 @@ class _Decided:
         return len(self._accepted) + len(self._rejected)
 
 
-class _Spellings:
-    """`client_ip` over texts, remembered for the whole process: a pure function of the text, so
-    a reused Python worker decides each client once, not once per read task (every task's first
-    chunk re-decided all of them: ~0.15 us per record at 2,000 clients, `ipcount bench costs`).
-    Bounded like `_Decided`: each table forgotten when full."""
-
-    def __init__(self) -> None:
-        self._accepted: dict[str, str] = {}
-        self._rejected: set[str] = set()
-
-    def of(self, text: str) -> str | None:
-        """The canonical spelling of a client text, or None: not an IP nor `unix:`."""
-        spelling = self._accepted.get(text)
-        if spelling is not None or text in self._rejected:
-            return spelling
-        try:
-            spelling = client_ip(text)
-        except ParseError:
-            if len(self._rejected) >= _MAX_REJECTED:
-                self._rejected.clear()
-            self._rejected.add(text)
-            return None
-        if len(self._accepted) >= _MAX_ACCEPTED:
-            self._accepted.clear()
-        self._accepted[text] = spelling
-        return spelling
-
-
-_SPELLINGS = _Spellings()
-# `$time_local` texts, decided once per process for the same reason (`ChunkParser._time_ms`).
-_TIMES = _Decided()
-
-
 def _distinct(
     column: pa.Array, decide: _Decided, compute: Callable[[str], int]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -214,12 +181,11 @@ class ChunkParser:
     work; the per-line work (UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes
     hold decides, never how many there are, and no content raises (every failure is a verdict
     code with its reason). What it remembers is bounded: a client text longer than any IP is
-    rejected unseen, and the decided texts are bounded tables (`_Decided`; the IPs' spellings and
-    the times are pure functions of their text, remembered for the whole process: `_Spellings`,
-    `_TIMES`).
+    rejected unseen, and the decided texts are bounded tables (`_Decided`).
     """
 
     def __init__(self) -> None:
+        self._times = _Decided()
         self._ip_codes = _Decided()
         self._canonical: dict[str, int] = {}
         self.ips: list[str] = []
@@ -233,8 +199,9 @@ class ChunkParser:
             return _NOT_A_TIME
 
     def _ip(self, text: str) -> int:
-        spelling = _SPELLINGS.of(text)
-        if spelling is None:
+        try:
+            spelling = client_ip(text)
+        except ParseError:
             return -1
         code = self._canonical.get(spelling)
         if code is None:
@@ -292,7 +259,7 @@ class ChunkParser:
         return _distinct(ip_text, self._ip_codes, self._ip)
 
     def _event_times(self, time_text: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-        return _distinct(time_text, _TIMES, self._time_ms)
+        return _distinct(time_text, self._times, self._time_ms)
 
     def _verdicts(
         self,

@@ -325,16 +325,3 @@ def test_a_chunk_that_is_a_slice_of_a_larger_array_parses_like_its_own_lines() -
         ("2001:db8::1", 1_700_000_000_000), None, ("10.0.0.1", 1_700_000_001_000), None,
         ("192.0.2.77", 1_700_000_002_000),
     ]  # fmt: skip
-
-
-def test_each_read_task_numbers_its_own_clients_whatever_an_earlier_task_met() -> None:
-    # The IP spellings and times a worker has decided outlive a task; the client indices a task
-    # hands its combiner (its replay-stable order) are its own, by first appearance in the task.
-    a, b, c = "10.0.0.1", "2001:DB8:0:0:0:0:0:1", "::ffff:192.0.2.1"
-    first = ChunkParser().parse(pa.array([format_record(ip, 0).encode() for ip in (a, b, c)]))
-    assert first.ips == ["10.0.0.1", "2001:db8::1", "192.0.2.1"]
-    lines = [format_record(ip, 0).encode() for ip in (c, "999.1.1.1", a, c)]
-    second = ChunkParser().parse(pa.array(lines))
-    assert second.ips == ["192.0.2.1", "10.0.0.1"]
-    assert second.ip_index.tolist() == [0, -1, 1, 0]
-    assert _arrow(lines) == [_python(line) for line in lines]

@@ -40,7 +40,8 @@ def test_demo_shows_windows_while_traffic_flows_then_an_exact_verify(tmp_path: P
     done = subprocess.run(
         [
             *(sys.executable, "-m", "ipcount", "demo", "--dir", str(work)),
-            *("--rate", "400", "--duration", "30", "--ips", "6", "--top", "3"),
+            # 20 s of traffic from when the job is up: its first windows close while it flows.
+            *("--rate", "400", "--duration", "20", "--ips", "6", "--top", "3"),
         ],
         cwd=ROOT,
         env=env,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
 
 import pytest
 
@@ -13,7 +12,6 @@ from ipcount.config import Settings
 from ipcount.errors import SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
-from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 from ipcount.sink.runs import read_progress
 from ipcount.sink.task_commit import BATCH_ID_PROPERTY, commit_task, task_config
@@ -63,13 +61,6 @@ def _read(settings: Settings) -> list[str]:
     conf = settings.kafka.to_librdkafka("consumer")
     with TopicReader(conf, settings.topics.sink, isolation="read_committed") as reader:
         return sorted(CODEC.decode(r.value).ip for r in reader.read_to_end(20))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def sink_settings(make_settings: Callable[..., Settings]) -> Settings:
-    settings = make_settings()
-    ensure_topics(settings)
-    return settings
 
 
 def test_tasks_commit_their_shares_and_the_driver_their_sum(sink_settings: Settings) -> None:

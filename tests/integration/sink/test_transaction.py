@@ -16,7 +16,6 @@ from ipcount.config import Settings
 from ipcount.errors import ConfigError, FatalKafkaError, IpcountError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
-from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.history import announce_run
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 from ipcount.sink.transaction import TxnSession
@@ -89,13 +88,6 @@ def _ledger(*batches: list[IpCount]) -> Ledger:
 def _judge(settings: Settings, ledger: Ledger, isolation: str) -> str:
     results = [(f"#{i}", r) for i, r in enumerate(_read(settings, isolation))]
     return compare(results, ledger, isolation).summary()
-
-
-@pytest.fixture
-def sink_settings(make_settings: Callable[..., Settings]) -> Settings:
-    settings = make_settings()
-    ensure_topics(settings)
-    return settings
 
 
 def test_replayed_and_empty_batches_write_nothing(sink_settings: Settings) -> None:

@@ -55,14 +55,10 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
     return seen
 
 
-def _written_by(seen: Counter[Slot]) -> int | None:
-    """Who writes the results: None, the query's marker (commit_by "driver"); 0, its tasks."""
-    return 0 if any(partition is not None for partition, _ in seen) else None
-
-
 def _where(seen: Counter[Slot], batch: int, yes: str, no: str) -> str:
-    """`yes`/`no`: whether a marker of `batch` is seen (naming the sink tasks that have one)."""
-    if _written_by(seen) is None:
+    """`yes`/`no`: whether a marker of `batch` is seen: the query's when no sink task has written
+    a marker (commit_by "driver"), else the tasks' (naming those that have one)."""
+    if all(partition is None for partition, _ in seen):
         return yes if seen[None, batch] else no
     tasks = sorted(p for p, b in seen if p is not None and b == batch)
     return f"{yes} (sink task {', '.join(map(str, tasks))})" if tasks else no

@@ -69,15 +69,11 @@ def commit_task(config: TxnConfig, ctx: _TaskContext, records: list[Record]) -> 
     session = session_for(task_config(config, partition))
     outcome = session.commit_batch(int(raw), records)
     marker = session.last_marker
-    counted = (
-        marker is not None and marker.batch_id == outcome.batch_id and outcome.status != "empty"
-    )
+    if outcome.status == "empty" or marker is None or marker.batch_id != outcome.batch_id:
+        # Nothing of this batch in the partition's own marker (skipped by the query's marker).
+        return TaskCommitReport(partition, outcome.status, seconds=outcome.seconds)
     return TaskCommitReport(
-        partition,
-        outcome.status,
-        marker.records if counted and marker is not None else 0,
-        (marker.late_records or 0) if counted and marker is not None else 0,
-        outcome.seconds,
+        partition, outcome.status, marker.records, marker.late_records or 0, outcome.seconds
     )
 
 
@@ -94,11 +90,11 @@ def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tupl
             len(done),
             written[0],
             written[1],
-            ", ".join(f"{r.partition_id}: {r.status}" for r in sorted(done, key=_partition)),
+            ", ".join(f"{r.partition_id}: {r.status}" for r in sorted(done, key=_partition_id)),
             max(r.seconds for r in done),
         )
     return written
 
 
-def _partition(report: TaskCommitReport) -> int:
+def _partition_id(report: TaskCommitReport) -> int:
     return report.partition_id

@@ -7,20 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from ipcount.chaos.processes import last_committed_batch
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.runs import read_progress
 
 pytestmark = pytest.mark.slow
-
-
-def _next_batch_id(checkpoint: str) -> int:
-    from ipcount.checkpoint.offset_log import OffsetLog
-
-    try:
-        ids = OffsetLog(checkpoint).committed_ids()
-    except Exception:
-        return 0
-    return (max(ids) + 1) if ids else 0
 
 
 def test_each_task_commits_its_share_once_through_kills(
@@ -34,23 +25,20 @@ def test_each_task_commits_its_share_once_through_kills(
     first = ipcount_cli(settings, "run", "--available-now", env=env)
     assert first.returncode == 0, first.stderr[-3000:]
 
-    # Killed after a task's own commit, before Spark's commit log records the batch.
-    feed.round(20, 40)
-    batch = _next_batch_id(settings.job.checkpoint_location)
-    faults = ",".join(f"sink.after_commit@{b}" for b in range(batch, batch + 4))
-    killed = ipcount_cli(
-        settings, "run", "--available-now", env={**env, "IPCOUNT_FAULTS": faults}, own_group=True
-    )
-    assert killed.returncode != 0, killed.stderr[-3000:]
-
-    # Killed inside a task's open transaction.
-    feed.round(40, 60)
-    batch = _next_batch_id(settings.job.checkpoint_location)
-    faults = ",".join(f"sink.before_commit@{b}" for b in range(batch, batch + 4))
-    killed = ipcount_cli(
-        settings, "run", "--available-now", env={**env, "IPCOUNT_FAULTS": faults}, own_group=True
-    )
-    assert killed.returncode != 0, killed.stderr[-3000:]
+    # Killed after a task's own commit, before Spark's commit log records the batch; then
+    # killed inside a task's open transaction.
+    for second, point in ((20, "sink.after_commit"), (40, "sink.before_commit")):
+        feed.round(second, second + 20)
+        batch = (last_committed_batch(settings.job.checkpoint_location) or -1) + 1
+        faults = ",".join(f"{point}@{b}" for b in range(batch, batch + 4))
+        killed = ipcount_cli(
+            settings,
+            "run",
+            "--available-now",
+            env={**env, "IPCOUNT_FAULTS": faults},
+            own_group=True,
+        )
+        assert killed.returncode != 0, (point, killed.stderr[-3000:])
 
     final = ipcount_cli(settings, "run", "--available-now", "--close-all-windows", env=env)
     assert final.returncode == 0, final.stderr[-3000:]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from ipcount.childproc import pid_alive
 from ipcount.kafka.watermarks import partition_offsets
 from ipcount.local.kraft_cluster import KafkaCluster
+from ipcount.source.offset_reader import KafkaOffsetReader
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -159,57 +162,35 @@ def test_the_sources_offset_lookups_ride_through_a_leader_that_comes_back(
     if broker_kind != "kafka":
         pytest.skip("a local cluster is Apache Kafka only")
     from confluent_kafka import ElectionType
-    from confluent_kafka.admin import NewTopic
 
-    from ipcount.source.offset_reader import KafkaOffsetReader
-    from ipcount.source.options import parse_options
-
-    cluster = KafkaCluster(tmp_path / "cluster", 3)
-    cluster.start(timeout=120)
-    try:
-        bootstrap, topic = cluster.bootstrap, f"src-{uuid.uuid4().hex[:8]}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-        for _ in range(5):
-            producer.produce(topic, b"x", partition=0)
+    with _source_on_a_cluster(tmp_path) as (cluster, admin, producer, reader, topic):
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        cluster.node(leader).kill()
+        deadline = time.monotonic() + 60
+        while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (
+            leader,
+            -1,
+        ):
+            assert time.monotonic() < deadline, "no new leader"
+            time.sleep(0.5)
+        # The killed node's replicas are out of sync while it is down: a bounded wait says so.
+        assert not cluster.wait_in_sync(1)
+        cluster.node(leader).start(timeout=120)
+        tp = TopicPartition(topic, 0)
+        # Every replica of every partition back in sync (what a rolling restart waits for).
+        assert cluster.wait_in_sync(60), "the restarted node did not catch up within 60 s"
+        part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+        assert sorted(part.isrs) == [1, 2, 3], part.isrs
+        admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
+        while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader != leader:
+            assert time.monotonic() < deadline + 120, "the preferred leader was not elected"
+            time.sleep(0.5)
+        for _ in range(3):
+            producer.produce(topic, b"y", partition=0)
         assert producer.flush(30) == 0
-        reader = KafkaOffsetReader(
-            parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
-        )
-        try:
-            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
-            leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
-            cluster.node(leader).kill()
-            deadline = time.monotonic() + 60
-            while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (
-                leader,
-                -1,
-            ):
-                assert time.monotonic() < deadline, "no new leader"
-                time.sleep(0.5)
-            # The killed node's replicas are out of sync while it is down: a bounded wait says so.
-            assert not cluster.wait_in_sync(1)
-            cluster.node(leader).start(timeout=120)
-            tp = TopicPartition(topic, 0)
-            # Every replica of every partition back in sync (what a rolling restart waits for).
-            assert cluster.wait_in_sync(60), "the restarted node did not catch up within 60 s"
-            part = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-            assert sorted(part.isrs) == [1, 2, 3], part.isrs
-            admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(30)
-            while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader != leader:
-                assert time.monotonic() < deadline + 120, "the preferred leader was not elected"
-                time.sleep(0.5)
-            for _ in range(3):
-                producer.produce(topic, b"y", partition=0)
-            assert producer.flush(30) == 0
-            t0 = time.monotonic()
-            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 8}
-            print(f"latest offset looked up {time.monotonic() - t0:.1f}s after the leader's return")
-        finally:
-            reader.close()
-    finally:
-        cluster.stop()
+        t0 = time.monotonic()
+        assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 8}
+        print(f"latest offset looked up {time.monotonic() - t0:.1f}s after the leader's return")
 
 
 def test_the_sources_latest_offsets_answer_soon_after_their_leader_is_killed(
@@ -222,9 +203,29 @@ def test_the_sources_latest_offsets_answer_soon_after_their_leader_is_killed(
     the query after 30 s."""
     if broker_kind != "kafka":
         pytest.skip("a local cluster is Apache Kafka only")
+    with _source_on_a_cluster(tmp_path) as (cluster, admin, producer, reader, topic):
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        cluster.node(leader).kill()
+        t0 = time.monotonic()
+        assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
+        took = time.monotonic() - t0
+        new_leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        assert new_leader not in (leader, -1)
+        print(f"leader {leader} killed: latest offset answered after {took:.1f}s")
+        # The broker fences a dead node after broker.session.timeout.ms (4 s locally) and
+        # elects a new leader; the lookup may take one more short attempt after that.
+        assert took < 15, took
+        assert reader.offsets([(topic, 0)], "earliest") == {(topic, 0): 0}
+
+
+@contextmanager
+def _source_on_a_cluster(
+    tmp_path: Path,
+) -> Iterator[tuple[KafkaCluster, AdminClient, Producer, KafkaOffsetReader, str]]:
+    """A three-node cluster with a source topic of one partition on all three (5 records in it)
+    and the source's driver-side offset reader, which has looked up its end once."""
     from confluent_kafka.admin import NewTopic
 
-    from ipcount.source.offset_reader import KafkaOffsetReader
     from ipcount.source.options import parse_options
 
     cluster = KafkaCluster(tmp_path / "cluster", 3)
@@ -242,18 +243,7 @@ def test_the_sources_latest_offsets_answer_soon_after_their_leader_is_killed(
         )
         try:
             assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
-            leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
-            cluster.node(leader).kill()
-            t0 = time.monotonic()
-            assert reader.offsets([(topic, 0)], "latest") == {(topic, 0): 5}
-            took = time.monotonic() - t0
-            new_leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
-            assert new_leader not in (leader, -1)
-            print(f"leader {leader} killed: latest offset answered after {took:.1f}s")
-            # The broker fences a dead node after broker.session.timeout.ms (4 s locally) and
-            # elects a new leader; the lookup may take one more short attempt after that.
-            assert took < 15, took
-            assert reader.offsets([(topic, 0)], "earliest") == {(topic, 0): 0}
+            yield cluster, admin, producer, reader, topic
         finally:
             reader.close()
     finally:

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from ipcount.errors import SourceError
 from ipcount.formats.accesslog import ParseError, parse_record
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.kafka.watermarks import LEADER_MOVING
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
 from ipcount.source.offsets import TopicPartitionKey
 from ipcount.source.options import SourceOptions
@@ -51,15 +52,12 @@ _STALE_LEADER = {
     KafkaError.OFFSET_NOT_AVAILABLE,
     KafkaError._NOENT,
 }
-_RETRIABLE_METADATA = {
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError._TRANSPORT,
+# Retried until the lookup's deadline: a leader moving (the one set the sink's lookups in
+# kafka/watermarks.py retry, e.g. a killed leader's _DESTROY_BROKER), a request that timed out,
+# and librdkafka's "No leaders found".
+_RETRIABLE_METADATA = LEADER_MOVING | {
     KafkaError._TIMED_OUT,
     KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.FENCED_LEADER_EPOCH,
-    KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.OFFSET_NOT_AVAILABLE,
     KafkaError._NOENT,
 }
 

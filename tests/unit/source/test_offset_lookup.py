@@ -147,3 +147,35 @@ def test_a_killed_leader_costs_one_short_attempt_not_the_whole_lookup(
     assert reader.offsets([("src", 2)], "latest") == {("src", 2): 355}
     assert dead.calls == 1
     assert clock[0] <= 10.0
+
+
+class _OnceRaisingAdmin(_Admin):
+    """list_offsets raises `code` (a KafkaError code) once, then answers `offset`."""
+
+    def __init__(self, code: int, offset: int) -> None:
+        super().__init__([offset])
+        self.code, self.raised = code, 0
+
+    def list_offsets(self, request: dict[Any, Any], **kwargs: Any) -> dict[Any, Future[Any]]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        if not self.raised:
+            self.raised += 1
+            raise KafkaException(KafkaError(self.code, "leader gone"))
+        return super().list_offsets(request, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "code", ["_DESTROY_BROKER", "_ALL_BROKERS_DOWN", "REPLICA_NOT_AVAILABLE", "_TRANSPORT"]
+)
+def test_a_leader_moving_answer_is_asked_again_as_the_sink_s_lookups_do(
+    monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
+    """A killed leader's broker leaves the client's metadata while the request waits on it
+    (_DESTROY_BROKER): the source's lookup retries it as kafka/watermarks.py's lookups do."""
+    from confluent_kafka import KafkaError
+
+    monkeypatch.setattr(offset_reader.time, "sleep", lambda s: None)
+    admin = _OnceRaisingAdmin(getattr(KafkaError, code), 355)
+    assert _reader(admin).offsets([("src", 2)], "latest") == {("src", 2): 355}
+    assert admin.raised == 1

@@ -234,20 +234,17 @@ def _row_values(row: _Row) -> list[str]:
     driver = max(0.0, ph.phases.get("addBatch", 0.0) - st.jobs_wall) if st.found else None
     first = fig.job.first_batch_s
 
-    def sec(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}"
-
     return [
         row.cell.name, str(row.shape[0]), str(row.shape[1]), f"{row.shape[2]:g}",
         str(mopt) if mopt else "all", str(s.spark.shuffle_partitions), s.spark.state_store,
         str(ph.batches), f"{fig.seconds:.1f}", f"{fig.rate:.0f}",
         fmt_num(fig.sustained_rate, 0), str(fig.results),
-        sec(fig.job.startup_s), sec(first), sec(fig.launch_to_visible_s),
-        sec(st.wall.get("map") if st.found else None),
-        sec(st.wall.get("reduce") if st.found else None), sec(driver),
-        sec(ph.state_updates), sec(ph.state_removals), sec(ph.state_commit),
-        sec(st.task_cpu.get("map") if st.found else None), sec(mem.cpu_jvm),
-        sec(mem.cpu_workers + mem.cpu_driver), sec(mem.cpu_broker),
+        fmt_num(fig.job.startup_s), fmt_num(first), fmt_num(fig.launch_to_visible_s),
+        fmt_num(st.wall.get("map") if st.found else None),
+        fmt_num(st.wall.get("reduce") if st.found else None), fmt_num(driver),
+        fmt_num(ph.state_updates), fmt_num(ph.state_removals), fmt_num(ph.state_commit),
+        fmt_num(st.task_cpu.get("map") if st.found else None), fmt_num(mem.cpu_jvm),
+        fmt_num(mem.cpu_workers + mem.cpu_driver), fmt_num(mem.cpu_broker),
         f"{mem.jvm / 2**20:.0f}", f"{mem.driver / 2**20:.0f}", f"{mem.workers / 2**20:.0f}",
         f"{mem.one_worker / 2**20:.0f}", "true" if fig.exact else "false",
     ]  # fmt: skip

@@ -29,6 +29,8 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     job, ph, st = fig.job, fig.phases, fig.stages
     first = job.first_batch_s
     steady = job.sustained
+    # The run's seconds outside the query's start-up and its batches: between them, and the stop.
+    between = None if job.query_init_s is None else fig.seconds - job.query_init_s - ph.trigger
     lines = [
         f"bench: startup_s={job.startup_s:.1f} (process launch -> SparkSession ready) "
         f"first_batch_s={first if first is None else round(first, 1)} (query start -> first data "
@@ -47,10 +49,10 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         )
         + "; launch_to_visible: job process launch -> every window committed, visible to "
         "read_committed readers; jvm_cpu_s_per_1M: JVM CPU incl. start-up per 1M records)",
-        f"bench: S_split_s query_init={_s(job.query_init_s)} (query start -> first batch "
+        f"bench: S_split_s query_init={fmt_num(job.query_init_s)} (query start -> first batch "
         f"begins: preflight, Spark's Python data source processes, initial offsets) "
         f"batches={ph.trigger:.1f} (sum of triggerExecution) between_and_stop="
-        f"{_s(None if job.query_init_s is None else fig.seconds - job.query_init_s - ph.trigger)}",
+        f"{fmt_num(between)}",
         "bench: phases_s "
         + " ".join(f"{k}={v:.1f}" for k, v in ph.phases.items())
         + f" (sum of durationMs over batches; triggerExecution={ph.trigger:.1f})",
@@ -113,10 +115,6 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
             )
     lines.append(f"bench: verify {fig.verify}")
     return lines
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> int:

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ipcount.chaos.env import ChaosEnv, ChaosError
@@ -59,6 +59,19 @@ class SoakOptions:
             raise ConfigError("--restart-every must be 0 or more, --report-every positive")
         if self.rate * self.duration_seconds < 100:
             raise ConfigError("--rate x --duration must be at least 100 records")
+
+
+def _chaos_options(options: SoakOptions) -> ChaosOptions:
+    """The chaos environment a soak runs in: --rate x --duration records, no injected faults, and
+    every figure the two option sets name alike (work dir, rate, IPs, late and malformed
+    fractions, seed, broker, the job's timings) as the soak has it."""
+    alike = {f.name for f in fields(ChaosOptions)} & {f.name for f in fields(SoakOptions)}
+    return ChaosOptions(
+        records=int(options.rate * options.duration_seconds),
+        kills=0,
+        broker_restarts=0,
+        **{name: getattr(options, name) for name in alike},
+    )
 
 
 @dataclass
@@ -131,24 +144,9 @@ class SoakRunner:
         tag = uuid.uuid4().hex[:8]
         self.run_dir = Path(options.work_dir).resolve() / f"soak-{tag}"
         self.report = SoakReport(self.run_dir)
-        chaos = ChaosOptions(
-            work_dir=options.work_dir,
-            records=int(options.rate * options.duration_seconds),
-            rate=options.rate,
-            kills=0,
-            broker_restarts=0,
-            seed=options.seed,
-            ips=options.ips,
-            late_fraction=options.late_fraction,
-            malformed_fraction=options.malformed_fraction,
-            use_configured_broker=options.use_configured_broker,
-            idle_timeout_seconds=options.idle_timeout_seconds,
-            trigger_interval_seconds=options.trigger_interval_seconds,
-            start_timeout_seconds=options.start_timeout_seconds,
-        )
         self.env = ChaosEnv(
-            settings, chaos, seed=options.seed, rate=options.rate, run_dir=self.run_dir,
-            tag=f"soak-{tag}", on_note=on_note,
+            settings, _chaos_options(options), seed=options.seed, rate=options.rate,
+            run_dir=self.run_dir, tag=f"soak-{tag}", on_note=on_note,
         )  # fmt: skip
         self.job: JobProcess | None = None
         self.starts = 0

@@ -41,13 +41,11 @@ class SoakOptions:
     restart_every_seconds: float = 600.0
     report_every_seconds: float = 600.0
     ips: int = 2000
-    late_fraction: float = 0.002
-    malformed_fraction: float = 0.002
     seed: int = 1
     use_configured_broker: bool = False
-    idle_timeout_seconds: float = 3.0
     trigger_interval_seconds: float = 1.0
-    start_timeout_seconds: float = 240.0
+    # The rest of the run's figures (late and malformed fractions, idle and start timeouts) are
+    # ChaosOptions' own.
     # More SECTION.KEY=VALUE settings for the job (after the soak's own: these win).
     sets: tuple[str, ...] = ()
 
@@ -63,8 +61,8 @@ class SoakOptions:
 
 def _chaos_options(options: SoakOptions) -> ChaosOptions:
     """The chaos environment a soak runs in: --rate x --duration records, no injected faults, and
-    every figure the two option sets name alike (work dir, rate, IPs, late and malformed
-    fractions, seed, broker, the job's timings) as the soak has it."""
+    every figure the two option sets name alike (work dir, rate, IPs, seed, broker, trigger
+    interval) as the soak has it; ChaosOptions' defaults for the rest."""
     alike = {f.name for f in fields(ChaosOptions)} & {f.name for f in fields(SoakOptions)}
     return ChaosOptions(
         records=int(options.rate * options.duration_seconds),
@@ -212,10 +210,9 @@ class SoakRunner:
             if now_batch is not None and (before is None or now_batch > before):
                 self._firsts.append(time.monotonic() - spawned)
                 self._waiting = None
-            elif time.monotonic() - spawned > self.options.start_timeout_seconds:
+            elif time.monotonic() - spawned > (limit := self.env.options.start_timeout_seconds):
                 raise ChaosError(
-                    f"job {self.starts} committed no batch in "
-                    f"{self.options.start_timeout_seconds:.0f}s: {job.log_tail(20)}"
+                    f"job {self.starts} committed no batch in {limit:.0f}s: {job.log_tail(20)}"
                 )
 
     def _health(self) -> str:
@@ -302,7 +299,7 @@ class SoakRunner:
         pipeline = self.env.pipeline
         report = pipeline.await_exact(
             ledger,
-            pipeline.last_windows_seconds + self.options.start_timeout_seconds,
+            pipeline.last_windows_seconds + self.env.options.start_timeout_seconds,
             tick=self._watch,
             ready=lambda: self._waiting is None,
         )

@@ -5,7 +5,13 @@ import argparse
 from pathlib import Path
 from typing import TypeAlias
 
-__all__ = ["HELP_ORDER", "SubParsers", "add_action_parser", "add_local_run_options"]
+__all__ = [
+    "HELP_ORDER",
+    "SubParsers",
+    "add_action_parser",
+    "add_local_run_options",
+    "add_no_late_option",
+]
 
 # `ipcount --help` lists the subcommands in this order: first tries, the job, reading its output,
 # then operations and proofs (`bench` is ipcount.bench.subcommands). One not named here goes last.
@@ -34,6 +40,16 @@ def add_action_parser(
     p = sub.add_parser(name, help=help, description=description)
     p.add_argument("action", choices=actions)
     return p
+
+
+def add_no_late_option(p: argparse.ArgumentParser) -> None:
+    """--no-late of the commands that read the job's results (`top`, `dashboard`): final counts
+    only, topics.late not read."""
+    p.add_argument(
+        "--no-late",
+        action="store_true",
+        help="ignore topics.late: final counts only (for a job with job.late_corrections off)",
+    )
 
 
 def add_local_run_options(

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_no_late_option
 from ipcount.config import Settings
 from ipcount.dashboard.scrape import MetricsPoller
 from ipcount.dashboard.server import DashboardServer, LiveTop
@@ -56,11 +56,7 @@ def register(sub: SubParsers) -> None:
         metavar="K",
         help="windows kept in memory and shown (default 720: one hour of 5 s windows)",
     )
-    p.add_argument(
-        "--no-late",
-        action="store_true",
-        help="ignore topics.late: final counts only (for a job with job.late_corrections off)",
-    )
+    add_no_late_option(p)
     p.set_defaults(func=run)
 
 

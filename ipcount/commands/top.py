@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from ipcount.commands import SubParsers
+from ipcount.commands import SubParsers, add_no_late_option
 from ipcount.config import Settings
 from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.model import WindowBook
@@ -62,11 +62,7 @@ def register(sub: SubParsers) -> None:
         action="store_true",
         help="one JSON object per window (update: true for a window printed before)",
     )
-    p.add_argument(
-        "--no-late",
-        action="store_true",
-        help="ignore topics.late: final counts only (for a job with job.late_corrections off)",
-    )
+    add_no_late_option(p)
     p.add_argument(
         "--last",
         type=int,

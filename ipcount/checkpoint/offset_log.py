@@ -74,19 +74,23 @@ class OffsetLog:
         """The batch ids Spark's commit log marks as done, ascending."""
         return sorted(int(name) for name in self._list(f"{self._root}/commits") if name.isdigit())
 
+    def last_committed(self) -> int | None:
+        """The newest batch id Spark's commit log marks as done, None before the first."""
+        ids = self.committed_ids()
+        return ids[-1] if ids else None
+
     def committed_watermark_ms(self) -> int | None:
         """The watermark Spark carries into the batch after its newest committed one
         (`nextBatchWatermarkMs` of the commit log: the newest event time it has seen, less the
         delay), or None when no batch was committed or the entry does not say."""
-        ids = self.committed_ids()
-        if not ids:
+        last = self.last_committed()
+        if last is None:
             return None
-        path = f"{self._root}/commits/{ids[-1]}"
-        lines = self._read(path).splitlines()
+        lines = self._read(f"{self._root}/commits/{last}").splitlines()
         try:
             meta = json.loads(lines[1]) if len(lines) > 1 else {}
         except json.JSONDecodeError as exc:
-            raise SourceError(f"{self.checkpoint}/commits/{ids[-1]} is unreadable: {exc}") from exc
+            raise SourceError(f"{self.checkpoint}/commits/{last} is unreadable: {exc}") from exc
         value = meta.get("nextBatchWatermarkMs")
         return int(value) if value is not None else None
 

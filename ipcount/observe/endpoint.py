@@ -260,10 +260,10 @@ def _checkpoint_positions(checkpoint: str) -> dict[TopicPartition, int] | None:
 
     try:
         log = OffsetLog(checkpoint)
-        done = log.committed_ids()
-        if not done:
+        last = log.last_committed()
+        if last is None:
             return None
-        return end_offsets({"endOffset": log.source_end(done[-1])}) or None
+        return end_offsets({"endOffset": log.source_end(last)}) or None
     except Exception as exc:  # no checkpoint yet, or unreadable: the poller falls back
         logger.debug("no positions from checkpoint %s: %s", checkpoint, exc)
         return None

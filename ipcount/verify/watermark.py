@@ -67,15 +67,15 @@ def checkpoint_watermark(
         if marker is None or marker.topic != topic:
             return None
         log = OffsetLog(checkpoint)
-        done = log.committed_ids()
-        if not done:
+        last = log.last_committed()
+        if last is None:
             return None
-        mark = log.entry(done[-1])[0].get("batchWatermarkMs")
+        mark = log.entry(last)[0].get("batchWatermarkMs")
     except (OSError, ValueError, KeyError, TypeError, IpcountError):
         return None
     if not isinstance(mark, int):
         return None
-    return SinkWatermark(mark, f"checkpoint {checkpoint} batch {done[-1]}")
+    return SinkWatermark(mark, f"checkpoint {checkpoint} batch {last}")
 
 
 def sink_watermark(

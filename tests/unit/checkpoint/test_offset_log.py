@@ -49,3 +49,13 @@ def test_a_checkpoint_of_another_query_is_refused(tmp_path: Path) -> None:
 def test_a_checkpoint_python_cannot_read_is_refused_at_start() -> None:
     with pytest.raises(ConfigError, match="job.late_corrections = false"):
         check_readable("nosuchscheme://bucket/checkpoint")
+
+
+def test_the_last_committed_batch_is_the_newest_in_the_commit_log(tmp_path: Path) -> None:
+    log = OffsetLog(str(tmp_path))
+    assert log.last_committed() is None  # no commit log yet
+    (tmp_path / "commits").mkdir()
+    for batch in (0, 1, 10, 2):
+        (tmp_path / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    (tmp_path / "commits" / ".10.crc").write_text("x")
+    assert log.last_committed() == 10

@@ -1,12 +1,19 @@
 """Fault injection for the chaos tests: IPCOUNT_FAULTS="point@batchId[/stop|/abort],..." makes
 `fault_point` SIGKILL the job's process group (or SIGSTOP this process, or raise an abortable
-Kafka error) at that point of that micro-batch (the sink's points: driver)."""
+Kafka error) at that point of that micro-batch (the sink's points: in the sink tasks).
+
+On a Spark cluster the points run on executors: IPCOUNT_FAULTS_TARGET=executor (given to the
+executors as spark.executorEnv.*) makes a point SIGKILL the executor it runs in (its JVM and its
+Python workers) instead, once per arming, with the spec read from the file IPCOUNT_FAULTS_FILE
+at every call (so the chaos runner arms and disarms a running job)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import zlib
+from pathlib import Path
 
 from ipcount.errors import ConfigError, TransactionAbortedError
 
@@ -14,6 +21,11 @@ __all__ = [
     "ENV_VAR",
     "PGID_ENV_VAR",
     "LOG_ENV_VAR",
+    "STATE_ENV_VAR",
+    "FILE_ENV_VAR",
+    "TARGET_ENV_VAR",
+    "EXECUTOR",
+    "EXECUTOR_CLASS",
     "POINTS",
     "parse_faults",
     "fault_point",
@@ -33,6 +45,15 @@ STATE_ENV_VAR = "IPCOUNT_FAULTS_STATE"
 PGID_ENV_VAR = "IPCOUNT_FAULTS_PGID"
 # Optional file a fault point appends its line to before the SIGKILL (the chaos runner's job log).
 LOG_ENV_VAR = "IPCOUNT_FAULTS_LOG"
+# A file holding the spec (IPCOUNT_FAULTS' syntax), read at every call: faults armed in a job that
+# runs already (an executor's environment is fixed when the executor starts).
+FILE_ENV_VAR = "IPCOUNT_FAULTS_FILE"
+# What a kill fault kills: the job's process group (unset), or EXECUTOR: the Spark executor the
+# point runs in (its JVM and the pyspark daemon's group), once per arming (IPCOUNT_FAULTS_STATE).
+TARGET_ENV_VAR = "IPCOUNT_FAULTS_TARGET"
+EXECUTOR = "executor"
+# The main class of a Spark executor JVM (standalone, YARN and Kubernetes alike).
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 POINTS = frozenset(
     {
         # Records and the progress marker are produced inside the open transaction, not committed.
@@ -96,8 +117,14 @@ def fault_point(name: str, batch_id: int) -> None:
     Kafka error, which the job's restart strategy must survive (fired faults are remembered in the
     directory IPCOUNT_FAULTS_STATE when set, else per process).
 
+    With IPCOUNT_FAULTS_TARGET=executor the spec comes from the file IPCOUNT_FAULTS_FILE (else
+    IPCOUNT_FAULTS) and a kill fault kills the executor this runs in (see `_kill_executor`).
+
     The environment is read on every call (cheap), so a test can set it in a child's env only.
     """
+    if os.environ.get(TARGET_ENV_VAR) == EXECUTOR:
+        _executor_fault(name, batch_id)
+        return
     spec = os.environ.get(ENV_VAR, "")
     if not spec:
         return
@@ -133,6 +160,80 @@ def fault_point(name: str, batch_id: int) -> None:
     # point, e.g. commit the transaction a sink.before_commit crash must leave open. Kill its
     # own group too (the daemon and its workers: all part of the crashed job).
     os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _armed_spec() -> str:
+    """The spec in IPCOUNT_FAULTS_FILE (empty when it is missing), else IPCOUNT_FAULTS."""
+    path = os.environ.get(FILE_ENV_VAR, "")
+    if not path:
+        return os.environ.get(ENV_VAR, "")
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _executor_fault(name: str, batch_id: int) -> None:
+    """A fault point inside an executor's task: SIGKILL of that executor, once per arming (the
+    retried task, on another executor, must go through; so must the batch's other sink tasks)."""
+    spec = _armed_spec()
+    if not spec or (name, batch_id) not in parse_faults(spec):
+        return
+    # One key per point and armed spec: whichever task reaches the point first fires it.
+    if not _first_in_job(f"{name}-{zlib.crc32(spec.encode()):08x}"):
+        return
+    where = _task_partition()
+    executor = _executor_pid()
+    if executor is None:
+        logger.error(
+            "fault injection: %s@%d: no Spark executor JVM (%s) among this process's parents: "
+            "%s=%s is for Python workers of a cluster's executors",
+            name,
+            batch_id,
+            EXECUTOR_CLASS,
+            TARGET_ENV_VAR,
+            EXECUTOR,
+        )
+        return
+    group = os.getpgid(0)
+    line = (
+        f"fault injection: {name}@{batch_id}: SIGKILL to executor pid {executor} and process "
+        f"group {group} (sink partition {where})"
+    )
+    logger.error("%s", line)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    _record(line + "\n")
+    # The JVM first (its task must not report anything), then the pyspark daemon's group: the
+    # daemon and its Python workers, this process among them.
+    os.kill(executor, signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)
+
+
+def _task_partition() -> int | None:
+    """The partition of the Spark task this runs in (None outside a task)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.partitionId()
+
+
+def _executor_pid() -> int | None:
+    """The Spark executor JVM among this process's ancestors (a Python worker's parent is the
+    pyspark daemon, whose parent is the executor), or None."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            return None
+        if EXECUTOR_CLASS.encode() in cmdline:
+            return pid
+        pid = int(stat.rsplit(")", 1)[-1].split()[1])
+    return None
 
 
 def _first_in_job(key: str) -> bool:

@@ -31,8 +31,8 @@ def query_id(checkpoint: str | Path) -> str | None:
 
 def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[Slot]:
     """How many progress markers of `query` per (sink partition, batch id) a reader with
-    `isolation` sees: partition None is the query's own marker, a number a sink task's
-    (sink.commit_by "tasks": the faults strike inside the tasks' transactions).
+    `isolation` sees: partition None is the query's own marker (the driver's record of the
+    batch), a number a sink task's (the faults strike inside the tasks' transactions).
 
     With read_uncommitted this includes markers of open and aborted transactions (a
     read_committed reader would wait behind an open one).
@@ -56,10 +56,8 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
 
 
 def _where(seen: Counter[Slot], batch: int, yes: str, no: str) -> str:
-    """`yes`/`no`: whether a marker of `batch` is seen: the query's when no sink task has written
-    a marker (commit_by "driver"), else the tasks' (naming those that have one)."""
-    if all(partition is None for partition, _ in seen):
-        return yes if seen[None, batch] else no
+    """`yes`/`no`: whether a sink task's marker of `batch` is seen (naming the tasks that have
+    one)."""
     tasks = sorted(p for p, b in seen if p is not None and b == batch)
     return f"{yes} (sink task {', '.join(map(str, tasks))})" if tasks else no
 
@@ -90,9 +88,12 @@ def confirm_faults(
 ) -> tuple[list[str], list[str]]:
     """Check, once the run is over, that each fired fault point left what it should have.
 
+    The fault struck one sink task's transaction: the task the event names (a fault on an
+    executor says which), else any task.
     sink.before_commit@N: the killed transaction was aborted, so batch N has two markers for
     read_uncommitted (the aborted one and the replay's) and one for read_committed.
-    sink.after_commit@N: the commit stood and the restarted job skipped the replay: one marker.
+    sink.after_commit@N: the commit stood and the replay (a restarted job's, or the retried
+    task's) wrote nothing: one marker.
 
     Returns:
         (confirmations, problems), one line per fault.
@@ -104,18 +105,22 @@ def confirm_faults(
     committed = progress_markers(settings, query, "read_committed")
     everything = progress_markers(settings, query, "read_uncommitted")
     good, bad = [], []
-    # With commit_by "tasks" the fault struck one task's transaction: some partition shows it.
-    tasks = sorted(p for p, _ in everything if p is not None)
-    writers: list[int | None] = [*tasks] if tasks else [None]
+    tasks = sorted({p for p, _ in everything if p is not None})
     for ev in fired:
         n = ev.batch if ev.batch is not None else -1
+        writers = [ev.partition] if ev.partition is not None else tasks
         counts = [(p, committed[p, n], everything[p, n]) for p in writers]
         if committed[None, n] > 1 or any(c > 1 for _, c, _ in counts):
             bad.append(f"{ev.kind}@{n}: a marker committed twice: {_counts(counts)}")
         elif ev.kind == BEFORE_COMMIT and any(c == 1 and u >= 2 for _, c, u in counts):
-            good.append(f"{ev.kind}@{n}: transaction aborted, batch rewritten once by the restart")
+            good.append(
+                f"{ev.kind}@{n}: transaction aborted, the task's share rewritten once by the "
+                f"replay ({_counts(counts)})"
+            )
         elif ev.kind == AFTER_COMMIT and any(c == 1 and u == 1 for _, c, u in counts):
-            good.append(f"{ev.kind}@{n}: commit stood, the restart skipped the replay")
+            good.append(
+                f"{ev.kind}@{n}: commit stood, the replay wrote nothing ({_counts(counts)})"
+            )
         else:
             bad.append(
                 f"{ev.kind}@{n}: progress markers {_counts(counts)}: the crash did not leave what "
@@ -124,7 +129,5 @@ def confirm_faults(
     return good, bad
 
 
-def _counts(counts: list[tuple[int | None, int, int]]) -> str:
-    return "; ".join(
-        (f"task {p}: " if p is not None else "") + f"committed={c} all={u}" for p, c, u in counts
-    )
+def _counts(counts: list[tuple[int, int, int]]) -> str:
+    return "; ".join(f"task {p}: committed={c} all={u}" for p, c, u in counts) or "none"

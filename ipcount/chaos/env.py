@@ -10,12 +10,24 @@ from pathlib import Path
 from ipcount.chaos.plan import BROKER_EVENTS, ChaosOptions
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, IpcountError
+from ipcount.faults import EXECUTOR, FILE_ENV_VAR, LOG_ENV_VAR, STATE_ENV_VAR, TARGET_ENV_VAR
 from ipcount.local.broker import LocalBroker
+from ipcount.local.cluster import StandaloneCluster
 from ipcount.local.kraft_cluster import KafkaCluster
 from ipcount.local_pipeline.children import SynthProcess
 from ipcount.local_pipeline.steps import LocalPipeline
 
-__all__ = ["ChaosError", "ChaosEnv"]
+__all__ = ["ChaosError", "ChaosEnv", "STANDALONE_SPARK_CONF"]
+
+# The Spark settings of a job on the run's standalone cluster (`--standalone-workers`): one core
+# and a small heap per executor, every worker's core for the job. A task lost with its executor
+# counts as one of its spark.task.maxFailures attempts (Spark's default 4): 8 lets a batch survive
+# an executor killed by a fault point and random executor kills in the same batch.
+STANDALONE_SPARK_CONF = {
+    "spark.executor.memory": "512m",
+    "spark.executor.cores": "1",
+    "spark.task.maxFailures": "8",
+}
 
 
 class ChaosError(IpcountError):
@@ -56,6 +68,11 @@ class ChaosEnv:
         self.checkpoint = self.pipeline.checkpoint
         self.synths: list[SynthProcess] = []
         self.synth_paused = False
+        self.spark: StandaloneCluster | None = None
+        # On the standalone cluster: the fault spec the executors read (armed while the job
+        # runs) and the file where a fault point records the executor it kills.
+        self.executor_faults_file: Path | None = None
+        self.executor_faults_log: Path | None = None
 
     @property
     def broker(self) -> LocalBroker | None:
@@ -93,12 +110,46 @@ class ChaosEnv:
             if not o.cluster:
                 self.on_note(f"{bootstrap} is not the local [broker]: broker faults skipped")
             events = [e for e in events if e not in BROKER_EVENTS]
+        if o.standalone_workers:
+            self._start_spark(o.standalone_workers)
         self.pipeline.create_topics()
         self.on_note(
             f"seed {self.seed}; broker {bootstrap}; topics chaos-{self.tag}-*; "
             f"run dir {self.run_dir}"
         )
         return events
+
+    def _start_spark(self, workers: int) -> None:
+        """Start the run's Spark standalone cluster (a master and `workers` 1-core workers; the
+        checkout's conf/ gives their executors its quiet log4j2.properties); the job's settings
+        then point at it."""
+        from ipcount.job.session import conf_dir
+
+        self.spark = StandaloneCluster(
+            self.run_dir / "spark", workers=workers, cores=1, memory="1g", conf_dir=conf_dir()
+        )
+        self.spark.start(timeout=self.options.start_timeout_seconds)
+        conf = {**STANDALONE_SPARK_CONF, "spark.cores.max": str(workers)}
+        # The executors' fault points (ipcount.faults): they kill their own executor, once per
+        # arming, with the spec read from a file the runner writes while the job runs.
+        state = self.run_dir / "executor-fault-state"
+        state.mkdir(parents=True, exist_ok=True)
+        self.executor_faults_file = self.run_dir / "executor-faults.armed"
+        self.executor_faults_log = self.run_dir / "executor-faults.log"
+        for name, value in (
+            (TARGET_ENV_VAR, EXECUTOR),
+            (FILE_ENV_VAR, self.executor_faults_file),
+            (STATE_ENV_VAR, state),
+            (LOG_ENV_VAR, self.executor_faults_log),
+        ):
+            conf[f"spark.executorEnv.{name}"] = str(value)
+        self.pipeline.sets += [f"spark.master={self.spark.master_url}"] + [
+            f"spark.conf.{key}={value}" for key, value in conf.items()
+        ]
+        self.on_note(
+            f"Spark standalone cluster {self.spark.master_url}: {workers} workers of one core "
+            f"(logs in {self.spark.base_dir})"
+        )
 
     # --- generators -----------------------------------------------------------------------
 
@@ -181,7 +232,9 @@ class ChaosEnv:
         return time.monotonic() - t
 
     def close(self) -> None:
-        """Stop the generators and, if this run started it, the broker."""
+        """Stop the generators, the Spark cluster and, if this run started it, the broker."""
         for synth in self.synths:
             synth.stop()
+        if self.spark is not None:
+            self.spark.stop()
         self.pipeline.close()

@@ -12,6 +12,7 @@ from ipcount.verify.compare import VerifyReport
 
 __all__ = [
     "KILL",
+    "EXECUTOR_KILL",
     "BEFORE_COMMIT",
     "AFTER_COMMIT",
     "BROKER_RESTART",
@@ -30,8 +31,11 @@ __all__ = [
     "plan_events",
 ]
 
-# A SIGKILL of the job's process group at a random moment.
+# A SIGKILL of the job's process group at a random moment (on a standalone cluster: the driver).
 KILL = "kill"
+# On a standalone cluster: a SIGKILL of one worker's executor (JVM and Python workers) at a
+# random moment; the worker starts a new one, Spark re-runs the lost tasks.
+EXECUTOR_KILL = "executor-kill"
 # ipcount.faults points: the job kills itself inside the sink's open transaction / between the
 # Kafka commit and Spark's commit log.
 BEFORE_COMMIT = "sink.before_commit"
@@ -100,6 +104,9 @@ class ChaosOptions:
     late_fraction: float = 0.002
     malformed_fraction: float = 0.002
     use_configured_broker: bool = False
+    # Workers of a local Spark standalone cluster the job runs on (0: Spark's local mode). Then
+    # the fault points kill the executor that runs the sink task, and executors are killed too.
+    standalone_workers: int = 0
     # Small, so the last windows close soon after the traffic. Heartbeats close windows after
     # this much idle time, which would make records late that wait in a producer for longer (e.g.
     # while the broker is away): the generator is therefore stopped across broker restarts.
@@ -141,6 +148,15 @@ class ChaosOptions:
             )
         if self.cluster_faults < 0 or self.node_downtime_seconds < 0:
             raise ConfigError("--cluster-faults and --node-downtime must be zero or positive")
+        if self.standalone_workers < 0:
+            raise ConfigError("--standalone-workers must be 0 (Spark's local mode) or positive")
+        if self.standalone_workers and (self.broker_nodes > 1 or self.broker_restarts > 1):
+            # Those faults freeze the writer in the job's own process ("/stop" in IPCOUNT_FAULTS).
+            raise ConfigError(
+                "--standalone-workers takes --broker-restarts 0 or 1 and one broker node: the "
+                "commit-time broker faults (a second restart, --broker-nodes 3) need Spark's "
+                "local mode"
+            )
 
     @property
     def cluster(self) -> bool:
@@ -201,19 +217,22 @@ def plan_events(
     rng: random.Random,
     broker_hangs: int = 0,
     cluster_faults: int = 0,
+    executors: bool = False,
 ) -> list[str]:
     """The order of faults: `kills` job kills (at least one random SIGKILL, one
     sink.before_commit and one sink.after_commit when kills >= 3; otherwise before_commit first,
     then after_commit), `broker_restarts` broker restarts (every second one while a commit is in
     flight: BROKER_COMMIT), `broker_hangs` broker hangs and `cluster_faults` cluster faults
-    (see plan_cluster_faults).
+    (see plan_cluster_faults). With `executors` (a standalone cluster), EXECUTOR_KILL is a
+    fourth kind of kill (one of each kind when kills >= 4).
 
     An injected fault is armed when the job starts (IPCOUNT_FAULTS is read by the job), so a
     broker restart the job may survive is placed only before a random kill or at the end: the
     job that runs after it never needs to carry a fault it was not started with.
     """
-    base = [BEFORE_COMMIT, AFTER_COMMIT, KILL]
-    kinds = base[: min(kills, 3)] + [rng.choice(base) for _ in range(max(0, kills - 3))]
+    base = [BEFORE_COMMIT, AFTER_COMMIT, KILL] + ([EXECUTOR_KILL] if executors else [])
+    first = min(kills, len(base))
+    kinds = base[:first] + [rng.choice(base) for _ in range(kills - first)]
     rng.shuffle(kinds)
     restarts = [BROKER_COMMIT if i % 2 else BROKER_RESTART for i in range(broker_restarts)]
     broker = restarts + [BROKER_HANG] * broker_hangs + plan_cluster_faults(cluster_faults, rng)
@@ -237,6 +256,8 @@ class ChaosEvent:
     signal: str = ""
     # Seconds from the fault to the next batch in Spark's commit log (None: not seen).
     recovery_s: float | None = None
+    # The sink task a fault point struck, when it said (standalone: from the executor's line).
+    partition: int | None = None
     # Cluster faults: query restarts inside the job while it lasted, and whether the job died.
     query_restarts: int = 0
     job_died: bool = False
@@ -276,7 +297,7 @@ class ChaosReport:
     @property
     def kills(self) -> int:
         """Job crashes by SIGKILL that happened: random kills and fault points that fired."""
-        return sum(self.count(k) for k in (KILL, *INJECTED))
+        return sum(self.count(k) for k in (KILL, EXECUTOR_KILL, *INJECTED))
 
     @property
     def cluster_faults(self) -> int:
@@ -343,7 +364,8 @@ class ChaosReport:
         results = self.committed.results if self.committed is not None else 0
         return (
             f"chaos: kills_survived={self.kills} (random={self.count(KILL)} "
-            f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)}) "
+            f"before_commit={self.count(BEFORE_COMMIT)} after_commit={self.count(AFTER_COMMIT)} "
+            f"executor={self.count(EXECUTOR_KILL)}) "
             f"broker_restarts={self.count(BROKER_RESTART) + self.count(BROKER_COMMIT)} "
             f"cluster_faults={self.cluster_faults} "
             f"(in_commit={self.count(BROKER_COMMIT)} sigterm={self.signals('SIGTERM')} "

@@ -16,10 +16,12 @@ from ipcount.chaos.broker_faults import BrokerFaults
 from ipcount.chaos.check import confirm_faults, crash_evidence
 from ipcount.chaos.cluster_faults import ClusterFaults
 from ipcount.chaos.env import ChaosEnv, ChaosError
+from ipcount.chaos.executor_faults import ExecutorFaults
 from ipcount.chaos.plan import (
     AFTER_COMMIT,
     BEFORE_COMMIT,
     BROKER_LOSS,
+    EXECUTOR_KILL,
     INJECTED,
     JOB_EXIT,
     KILL,
@@ -53,7 +55,7 @@ class _BrokerLoss(ChaosError):
     """The job's self-check found a commit the broker acknowledged and then lost."""
 
 
-class ChaosRunner(BrokerFaults, ClusterFaults):
+class ChaosRunner(BrokerFaults, ClusterFaults, ExecutorFaults):
     """One chaos run; `run()` returns its report. Prints nothing: faults go to `on_event`,
     progress notes to `on_note`."""
 
@@ -76,6 +78,7 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
             self.rng,
             0 if cluster else options.broker_hangs,
             options.cluster_faults if cluster else 0,
+            executors=options.standalone_workers > 0,
         )
         self.tag = uuid.uuid4().hex[:8]
         self.run_dir = Path(options.work_dir).resolve() / f"run-{self.tag}"
@@ -108,7 +111,9 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
         log = self.run_dir / f"job-{n}.log"
         state = ""
         freeze_at = freeze_point(next_event)
-        if next_event is not None and (next_event in INJECTED or freeze_at):
+        # On a standalone cluster the executors' fault points are armed while the job runs.
+        injected = next_event in INJECTED and not self.options.standalone_workers
+        if next_event is not None and (injected or freeze_at):
             last = last_committed_batch(self.checkpoint)
             # Past the batch a restart replays (last + 1): the fault hits a new batch, live.
             first = (last if last is not None else -1) + 2
@@ -307,6 +312,12 @@ class ChaosRunner(BrokerFaults, ClusterFaults):
         job = self._start_job(events[0] if events else None)
         for i, kind in enumerate(events):
             after = events[i + 1] if i + 1 < len(events) else None
+            if kind in INJECTED and self.options.standalone_workers:
+                job = self._executor_fault(job, kind)
+                continue
+            if kind == EXECUTOR_KILL:
+                job = self._kill_executor(job)
+                continue
             if kind in INJECTED:
                 self._await_fault(job, kind)
             elif kind == KILL:

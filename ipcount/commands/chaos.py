@@ -85,6 +85,15 @@ def register(sub: SubParsers) -> None:
         "moment, in a commit, or between the Kafka commit and Spark's commit log",
     )
     add("--node-downtime", "node_downtime_seconds", float, "seconds a killed node stays down")
+    add(
+        "--standalone-workers",
+        "standalone_workers",
+        int,
+        "0 (default): the job in Spark's local mode; N: on a local Spark standalone cluster of N "
+        "one-core workers. --kills then also SIGKILLs executors (from 4 kills, one of each kind: "
+        "driver, executor, and the two fault points, which kill the executor running the sink "
+        "task; Spark retries the task on another executor without restarting the query)",
+    )
     add("--seed", "seed", int, "seed of fault plan and data (default: random)")
     add("--ips", "ips", int, "distinct client IPs (default 200)")
     add("--late-fraction", "late_fraction", float, "late records (default 0.002)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ipcount.childproc import Child, spawn
+from ipcount.childproc import Child, session_processes, spawn
 from ipcount.errors import IpcountError
 from ipcount.local.broker import free_port
 
@@ -194,6 +194,23 @@ class StandaloneCluster:
                         return new
             time.sleep(0.5)
         raise IpcountError(f"Spark {new.name} did not register within {timeout:g}s")
+
+    def executor_processes(self, i: int) -> list[int]:
+        """PIDs of worker `i`'s executors: their JVMs and Python workers (everything in the
+        worker's session but the worker JVM itself)."""
+        pid = self.workers[i].child.pid
+        return [p for p in session_processes(pid) if p != pid]
+
+    def kill_executors(self, i: int) -> list[int]:
+        """SIGKILL worker `i`'s executors (JVMs and Python workers); the worker stays, reports
+        them lost and starts new ones for the application. Returns the PIDs signalled."""
+        victims = self.executor_processes(i)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if victims:
+            logger.info("SIGKILLed the executors of Spark %s: %s", self.workers[i].name, victims)
+        return victims
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status (workers, applications), from its web UI on `host`."""

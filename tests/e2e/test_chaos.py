@@ -103,3 +103,43 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path, broker_kind:
     assert _field(out, "confirmed_faults") == 2 and _field(out, "unconfirmed_faults") == 0, diag
     assert _field(out, "results") > 100, diag
     assert _field(last, "records") == _field(last, "results"), diag
+
+
+def test_chaos_on_a_standalone_cluster_kills_driver_executors_and_stays_exact(
+    tmp_path: Path, broker_kind: str
+) -> None:
+    # A master and two 1-core workers; seed 5 with four kills plans one of each kind: a SIGKILL of
+    # the driver (the job restarts from its checkpoint), a SIGKILL of an executor at a random
+    # moment, and the two fault points, which now strike inside a sink task on an executor and
+    # kill that executor (its JVM and Python workers): Spark re-runs the task on another executor,
+    # with no query restart, and the retry finds its transaction fenced or its batch committed.
+    if os.environ.get("IPCOUNT_TEST_BOOTSTRAP"):
+        extra = ["--use-configured-broker"]
+    else:
+        extra = []
+    run = _chaos(
+        tmp_path, broker_kind, "--standalone-workers", "2", "--records", "300", "--rate", "20",
+        "--kills", "4", "--broker-restarts", "0", "--seed", "5", "--ips", "50", *extra,
+        timeout=600,
+    )  # fmt: skip
+    out = run.stdout
+    diag = out[-6000:] + run.stderr[-3000:]
+    assert run.returncode == 0, diag
+    assert "Spark standalone cluster spark://127.0.0.1:" in out, diag
+    last = out.strip().splitlines()[-1]
+    assert SUMMARY.search(last), diag
+    assert _field(last, "records") == _field(last, "results"), diag
+    kinds = [line.split()[3] for line in _fault_lines(out)]
+    for kind in ("kill", "executor-kill", "sink.before_commit", "sink.after_commit"):
+        assert kinds.count(kind) == 1, diag
+    # Each fault point killed the executor that ran the sink task, and the job lived on: the
+    # task was retried inside the same batch, without a query restart.
+    fired = [line for line in _fault_lines(out) if "sink." in line.split()[3]]
+    assert all(" on an executor: SIGKILL of executor " in line for line in fired), diag
+    assert all("query restarts 0" in line for line in fired), diag
+    assert _field(out, "job_starts") == 2, diag  # the first, and one after the driver kill
+    assert _field(out, "missed_faults") == 0, diag
+    # The aborted and the rewritten copy of the task's share (before_commit), and a single commit
+    # of the task's share that the retry skipped (after_commit), in that task's own markers.
+    assert _field(out, "confirmed_faults") == 2 and _field(out, "unconfirmed_faults") == 0, diag
+    assert "(sink task " in out, diag

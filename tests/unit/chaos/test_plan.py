@@ -15,6 +15,8 @@ from ipcount.chaos.plan import (
     BROKER_COMMIT,
     BROKER_HANG,
     BROKER_RESTART,
+    EXECUTOR_KILL,
+    INJECTED,
     KILL,
     ChaosEvent,
     ChaosOptions,
@@ -216,3 +218,41 @@ def test_cluster_lines_say_per_kind_what_the_job_did(tmp_path: Path) -> None:
         "recovery_s_max=40.0",
     ]
     assert report.cluster_faults == 3 and "cluster_faults=3" in report.summary()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_standalone_plan_kills_executors_too(seed: int) -> None:
+    # Four kills on a standalone cluster: the driver, an executor and the two fault points.
+    assert sorted(plan_events(4, 0, random.Random(seed), executors=True)) == sorted(
+        [KILL, EXECUTOR_KILL, BEFORE_COMMIT, AFTER_COMMIT]
+    )
+    twenty = plan_events(20, 1, random.Random(seed), executors=True)
+    assert len(twenty) == 21 and {KILL, EXECUTOR_KILL, *INJECTED, BROKER_RESTART} == set(twenty)
+    # Local mode plans no executor kills, and its plans stay what they were.
+    assert EXECUTOR_KILL not in plan_events(20, 1, random.Random(seed))
+    assert plan_events(5, 2, random.Random(seed)) == plan_events(
+        5, 2, random.Random(seed), executors=False
+    )
+
+
+def test_standalone_options_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--standalone-workers must be"):
+        ChaosOptions(tmp_path, standalone_workers=-1).validate()
+    with pytest.raises(ConfigError, match="--standalone-workers takes --broker-restarts 0 or 1"):
+        ChaosOptions(tmp_path, standalone_workers=2, broker_restarts=2).validate()
+    with pytest.raises(ConfigError, match="one broker node"):
+        ChaosOptions(tmp_path, standalone_workers=2, broker_nodes=3).validate()
+    ChaosOptions(tmp_path, standalone_workers=2, broker_restarts=1, broker_hangs=1).validate()
+
+
+def test_report_counts_executor_kills_as_kills(tmp_path: Path) -> None:
+    report = ChaosReport(seed=1, run_dir=tmp_path)
+    report.events = [
+        ChaosEvent(1.0, EXECUTOR_KILL, 3, "x"),
+        ChaosEvent(2.0, KILL, 4, "y"),
+        ChaosEvent(3.0, BEFORE_COMMIT, 5, "z"),
+    ]
+    assert report.kills == 3
+    assert "kills_survived=3 (random=1 before_commit=1 after_commit=0 executor=1)" in (
+        report.summary()
+    )

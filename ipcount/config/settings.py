@@ -146,9 +146,6 @@ class SinkSettings:
     schema_registry_url: str = ""
     # How long a retriable Kafka error is retried before the batch fails.
     retry_deadline_seconds: float = 60.0
-    # Who writes a batch's results: "driver" (one transaction per batch) or "tasks" (each sink
-    # task its share, in its own transaction; see docs/architecture.md).
-    commit_by: str = "driver"
 
 
 @dataclass(frozen=True)
@@ -294,7 +291,6 @@ _BOUNDS: tuple[tuple[str, str, float, bool, str], ...] = (
 _CHOICES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("kafka", "broker_quirks", ("auto", "noida-db", "none")),
     ("sink", "wire_format", WIRE_FORMATS),
-    ("sink", "commit_by", ("driver", "tasks")),
     ("broker", "kind", ("noida-db", "kafka")),
     ("spark", "state_store", ("rocksdb", "hdfs")),
 )

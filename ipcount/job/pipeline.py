@@ -182,12 +182,11 @@ def prepare_start(
     if settings.job.dead_letter:
         ids.append(checkpoint_query_id(spark, checkpoint + "-dead-letter"))
     partitions = check_shuffle_partitions(checkpoint, settings.spark.shuffle_partitions)
-    transactional_ids = [default_transactional_id(q) for q in ids]
-    if settings.sink.commit_by == "tasks":
-        # Each sink task has its own transactional.id (both queries: one per shuffle partition).
-        transactional_ids += [
-            task_transactional_id(t, p) for t in transactional_ids for p in range(partitions)
-        ]
+    queries = [default_transactional_id(q) for q in ids]
+    # Each sink task has its own transactional.id (both queries: one per shuffle partition).
+    transactional_ids = queries + [
+        task_transactional_id(t, p) for t in queries for p in range(partitions)
+    ]
     fence_predecessors(
         settings.kafka.to_librdkafka("producer"),
         transactional_ids,
@@ -302,11 +301,10 @@ def _start_dead_letter(
         F.col("offset").cast("string"),
     )
     rejected = bad.select(F.col("key"), F.col("value"), F.col("reason"), where.alias("source"))
-    if settings.sink.commit_by == "tasks":
-        # Sink tasks must get the same rows when a batch is replayed: hash-partitioned by where
-        # each record came from, over the checkpoint's shuffle partitions (not by how the source
-        # split the batch's offsets, which follows the cores of the job that planned it).
-        rejected = rejected.repartition(F.col("source"))
+    # Sink tasks must get the same rows when a batch is replayed: hash-partitioned by where each
+    # record came from, over the checkpoint's shuffle partitions (not by how the source split the
+    # batch's offsets, which follows the cores of the job that planned it).
+    rejected = rejected.repartition(F.col("source"))
     writer = (
         rejected.writeStream.format("ipcount-kafka-txn")
         .outputMode("append")

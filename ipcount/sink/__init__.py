@@ -1,2 +1,3 @@
-"""The exactly-once sink: executors encode rows to Avro; the driver writes each micro-batch in one
-Kafka transaction with a progress marker."""
+"""The exactly-once sink: each sink task encodes its rows to Avro and writes them in a Kafka
+transaction of its own with its partition's progress marker; the driver then records the batch in
+the query's marker."""

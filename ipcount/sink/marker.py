@@ -19,8 +19,8 @@ JsonValue: TypeAlias = None | bool | int | float | str | list["JsonValue"] | dic
 # existing topics and checkpoints keep working. Optional keys (None) are left out; `topic` and
 # `sourceEnd` are always written (null when unknown), as before.
 _OPTIONAL = ("lateRecords", "transactionalId", "adoptedFrom", "watermarkMs", "sinkPartition")
-# A sink task's marker (sink.commit_by = "tasks") is keyed by its query id and this suffix with
-# the task's sink partition: compaction keeps every partition's newest marker beside the query's.
+# A sink task's marker is keyed by its query id and this suffix with the task's sink partition:
+# compaction keeps every partition's newest marker beside the query's.
 PARTITION_KEY_SEPARATOR = "#p"
 
 _T = TypeVar("_T", str, int)
@@ -30,8 +30,8 @@ _T = TypeVar("_T", str, int)
 class ProgressMarker:
     """One committed batch of a query: what it wrote and what it consumed.
 
-    `sink_partition` is set on a sink task's own marker (sink.commit_by = "tasks"): what that
-    task wrote of the batch, in its own transaction; the query's marker (None) then sums them.
+    `sink_partition` is set on a sink task's own marker: what that task
+    wrote of the batch, in its own transaction; the query's marker (None) then sums them.
     `source_end` is the source's end offset of the batch as Spark's offset log holds it (None:
     unknown); `watermark_ms` the batch's watermark (every window ending at or before it is in
     the sink); `adopted_from` the query whose output a `--new-query` start took over (its marker

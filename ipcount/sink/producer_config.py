@@ -14,7 +14,6 @@ __all__ = [
     "Record",
     "TxnConfig",
     "CommitOutcome",
-    "COMMIT_BY",
     "default_transactional_id",
     "task_transactional_id",
     "new_run_id",
@@ -30,18 +29,14 @@ Record = (
 )
 
 
-# sink.commit_by: who writes a batch's results in a Kafka transaction.
-COMMIT_BY = ("driver", "tasks")
-
-
 def default_transactional_id(query_id: str) -> str:
     """The transactional.id of a query: stable, so a restarted query fences its predecessor."""
     return f"ipcount-{query_id}"
 
 
 def task_transactional_id(transactional_id: str, sink_partition: int) -> str:
-    """The transactional.id of one sink task (sink.commit_by "tasks"): the query's, with the
-    task's sink partition; a newer attempt of the same task fences the older one."""
+    """The transactional.id of one sink task: the query's, with the task's sink partition; a
+    newer attempt of the same task fences the older one."""
     return f"{transactional_id}-p{sink_partition}"
 
 
@@ -74,11 +69,8 @@ class TxnConfig:
     # Whether the chaos tests' fault points (ipcount.faults) fire in this sink: the counting
     # query's only, so a kill lands in the transaction the chaos check inspects.
     fault_points: bool = True
-    # Who writes the results (sink.commit_by): "driver" (one transaction per batch with every
-    # result) or "tasks" (each sink task its share in its own transaction, see sink.task_commit;
-    # the driver's transaction then holds the query's marker only).
-    commit_by: str = "driver"
-    # Set on a sink task's session (commit_by "tasks"): the sink partition it writes.
+    # Set on a sink task's session: the sink partition it writes (see sink.task_commit); None on
+    # the driver's, whose transaction holds the query's marker.
     sink_partition: int | None = None
 
     def __repr__(self) -> str:
@@ -90,7 +82,7 @@ class TxnConfig:
             f"transaction_timeout_ms={self.transaction_timeout_ms}, "
             f"retry_deadline_seconds={self.retry_deadline_seconds}, run_id={self.run_id!r}, "
             f"late_topic={self.late_topic!r}, checkpoint={self.checkpoint!r}, "
-            f"commit_by={self.commit_by!r}, sink_partition={self.sink_partition!r})"
+            f"sink_partition={self.sink_partition!r})"
         )
 
     def __post_init__(self) -> None:
@@ -106,10 +98,6 @@ class TxnConfig:
             )
         if self.retry_deadline_seconds <= 0:
             raise ConfigError("sink.retry_deadline_seconds must be positive")
-        if self.commit_by not in COMMIT_BY:
-            raise ConfigError(
-                f"sink.commit_by must be one of {', '.join(COMMIT_BY)}, got {self.commit_by!r}"
-            )
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class ProgressView:
     announcements of earlier versions still live (their keys, to be cleared)."""
 
     markers: dict[str, ProgressMarker] = field(default_factory=dict)
-    # The newest marker of each (query, sink partition) its tasks wrote (sink.commit_by "tasks").
+    # The newest marker of each (query, sink partition) its tasks wrote.
     partitions: dict[tuple[str, int], ProgressMarker] = field(default_factory=dict)
     runs: dict[str, list[str]] = field(default_factory=dict)
     legacy: dict[str, list[str]] = field(default_factory=dict)

@@ -1,5 +1,6 @@
 """The process-wide sink sessions, one per transactional.id, kept warm across micro-batches in
-the Python process that commits (the driver's; with sink.commit_by "tasks" each executor's)."""
+the Python process that commits (the driver's for the query's marker; each executor's for its sink
+tasks)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from ipcount.sink.transaction import TxnSession
 
 __all__ = ["MAX_SESSIONS", "abort_open_transaction", "session_for"]
 
-# Commits run in reused Python processes (the driver's; with sink.commit_by "tasks" the
-# executors'), while the writer object is rebuilt for every batch: the producers and the last
-# committed batchIds therefore live at module level, kept warm across batches.
+# Commits run in reused Python processes (the driver's and the executors'), while the writer
+# object is rebuilt for every batch: the producers and the last committed batchIds therefore live
+# at module level, kept warm across batches.
 _SESSIONS: OrderedDict[str, TxnSession] = OrderedDict()
 _LOCK = threading.Lock()
 # A Python worker may serve many sink partitions over time: it keeps the producers of the ones

@@ -1,4 +1,4 @@
-"""sink.commit_by "tasks": each sink task writes its share of a micro-batch in its own Kafka
+"""Each sink task writes its share of a micro-batch in its own Kafka
 transaction (executor), with its own transactional.id and progress marker; the driver's commit()
 then records the batch in the query's marker from what the tasks report."""
 
@@ -62,7 +62,7 @@ def commit_task(config: TxnConfig, ctx: _TaskContext, records: list[Record]) -> 
     raw = ctx.getLocalProperty(BATCH_ID_PROPERTY)
     if raw is None or not raw.lstrip("-").isdigit():
         raise SinkError(
-            f"sink.commit_by = 'tasks' needs the micro-batch's id in the task's local property "
+            f"the ipcount-kafka-txn sink needs the micro-batch's id in the task's local property "
             f"{BATCH_ID_PROPERTY!r} (got {raw!r}): this sink writes streaming queries only"
         )
     partition = ctx.partitionId()

@@ -1,5 +1,5 @@
 """The sink's transactional session: one Kafka transaction per micro-batch with its records and a
-progress marker, and idempotent replay (the driver's; with sink.commit_by "tasks" each task's)."""
+progress marker, and idempotent replay (each sink task's; the driver's holds the query's marker)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ipcount.sink.marker import JsonValue, ProgressMarker
 from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
 from ipcount.sink.runs import read_progress
-from ipcount.sink.task_history import check_no_task_ahead, older_than_committed
+from ipcount.sink.task_history import older_than_committed
 
 __all__ = ["TxnSession"]
 
@@ -93,8 +93,8 @@ class TxnSession(TxnCalls):
         Args:
             batch_id: Spark's batchId.
             records: (key, value) pairs for the sink topic.
-            written: the results the batch's sink tasks committed themselves (sink.commit_by
-                "tasks": to the sink topic, to others); the transaction then holds the marker.
+            written: the driver's: the results the batch's sink tasks committed themselves (to
+                the sink topic, to others); the transaction then holds the query's marker only.
 
         Returns:
             What was done; batches at or below the last committed batchId write nothing.
@@ -344,8 +344,6 @@ class TxnSession(TxnCalls):
         view = read_progress(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
         query = view.newest(cfg.query_id)
         if cfg.sink_partition is None:
-            if cfg.commit_by == "driver":
-                check_no_task_ahead(view, cfg, query)
             self.last_marker = query
         else:
             # A sink task's own marker (for the continuity check); a batch the query's marker

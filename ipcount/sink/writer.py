@@ -1,11 +1,12 @@
-"""The `ipcount-kafka-txn` streaming sink: executors encode rows in write(); the driver's commit()
-writes the whole micro-batch in one Kafka transaction (sink.transaction) with a progress marker."""
+"""The `ipcount-kafka-txn` streaming sink: each sink task encodes its rows and commits them in a
+Kafka transaction of its own with its partition's progress marker (sink.task_commit); the driver's
+commit() records the batch in the query's marker from the counts the tasks report."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import types as T
@@ -21,7 +22,7 @@ from ipcount.sink.sessions import abort_open_transaction, session_for
 from ipcount.sink.task_commit import commit_task, written_by
 from ipcount.worker_gc import freeze_long_lived
 
-__all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "KafkaTxnCommitMessage", "sink_options"]
+__all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "sink_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ TOPIC, PROGRESS_TOPIC, LATE_TOPIC = "topic", "progressTopic", "lateTopic"
 QUERY_ID, RUN_ID, TRANSACTIONAL_ID = "queryId", "runId", "transactionalId"
 MODE, WIRE_FORMAT, SCHEMA_REGISTRY_URL = "mode", "wireFormat", "schemaRegistryUrl"
 TRANSACTION_TIMEOUT_MS, RETRY_DEADLINE_SECONDS = "transactionTimeoutMs", "retryDeadlineSeconds"
-QUERY_CHECKPOINT, COMMIT_BY = "queryCheckpoint", "commitBy"
+QUERY_CHECKPOINT = "queryCheckpoint"
 MAX_RECORD_BYTES, MAX_VALUE_BYTES = "maxRecordBytes", "maxValueBytes"
 
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
@@ -92,7 +93,6 @@ def sink_options(
         RETRY_DEADLINE_SECONDS: str(s.retry_deadline_seconds),
         WIRE_FORMAT: s.wire_format,
         SCHEMA_REGISTRY_URL: s.schema_registry_url,
-        COMMIT_BY: s.commit_by,
         "kafka.bootstrap.servers": k.bootstrap_servers,
     }
     if late_topic:
@@ -110,7 +110,8 @@ def sink_options(
 
 
 class KafkaTxnDataSource(DataSource):
-    """Exactly-once Kafka sink: one transaction per micro-batch; committed batches not rewritten.
+    """Exactly-once Kafka sink: one transaction per sink task and micro-batch, one more on the
+    driver for the query's marker; committed batches are not rewritten.
 
     Options: topic, progressTopic, queryId (required); lateTopic (counts mode: rows with a true
     `late` column go there, in the same transaction); queryCheckpoint (the query's
@@ -131,22 +132,8 @@ class KafkaTxnDataSource(DataSource):
         return KafkaTxnStreamWriter(self.options, schema)
 
 
-@dataclass
-class KafkaTxnCommitMessage(WriterCommitMessage):
-    """One write task's encoded records, carried to the driver's commit()."""
-
-    partition_id: int
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    # Raw mode: each record's headers (reason, source, what was cut), or None.
-    headers: list[list[tuple[str, bytes]] | None] = field(default_factory=list)
-    # Counts mode: late-count corrections, for the late topic.
-    late_keys: list[bytes | None] = field(default_factory=list)
-    late_values: list[bytes | None] = field(default_factory=list)
-
-
 class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
-    """Encodes rows on executors; commits each micro-batch transactionally on the driver."""
+    """Each sink task commits its share in its own transaction; the driver records the batch."""
 
     # The sink's defaults are the settings' (config.SinkSettings).
     DEFAULT_TRANSACTION_TIMEOUT_MS = SinkSettings.transaction_timeout_ms
@@ -194,15 +181,15 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             elif key.startswith("kafka."):
                 common[key[len("kafka.") :]] = value
         query_id = required(QUERY_ID)
-        self.config = TxnConfig(
+        # The tasks' config (each adds its sink partition, see sink.task_commit); the chaos tests'
+        # fault points strike in the counting query's task transactions, which hold the results.
+        self.task_config = TxnConfig(
             topic=required(TOPIC),
             progress_topic=required(PROGRESS_TOPIC),
             query_id=query_id,
             run_id=get(RUN_ID),
             transactional_id=get(TRANSACTIONAL_ID) or default_transactional_id(query_id),
-            # With commit_by "tasks" the tasks' transactions hold the results: faults strike there.
             fault_points=self.mode == "counts",
-            commit_by=get(COMMIT_BY, "driver"),
             producer_conf={**common, **producer},
             consumer_conf={**common, **consumer},
             transaction_timeout_ms=_number(
@@ -214,9 +201,8 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             late_topic=get(LATE_TOPIC).strip(),
             checkpoint=get(QUERY_CHECKPOINT).strip(),
         )
-        self.task_config = self.config
-        if self.config.commit_by == "tasks":
-            self.config = replace(self.config, fault_points=False)
+        # The driver's: its transaction holds the query's marker only.
+        self.config = replace(self.task_config, fault_points=False)
         self.columns = check_schema(
             schema,
             _COUNTS_COLUMNS if self.mode == "counts" else _RAW_COLUMNS,
@@ -239,30 +225,28 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             )
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        """Encode this task's rows (Arrow record batches) to (key, value) bytes (executor); with
-        commit_by "tasks", commit them in this task's own transaction (sink.task_commit)."""
+        """Encode this task's rows (Arrow record batches) and commit them in this task's own
+        transaction (sink.task_commit). Runs on the executor."""
         from pyspark import TaskContext
 
         freeze_long_lived()
         ctx = TaskContext.get()
-        message = KafkaTxnCommitMessage(ctx.partitionId() if ctx is not None else -1)
-        self._encode(iterator, message)
-        if self.task_config.commit_by != "tasks":
-            return message
         if ctx is None:
-            raise SinkError("sink.commit_by = 'tasks': write() ran outside a Spark task")
-        records = list(_records(message, self.config.late_topic))
+            raise SinkError("ipcount-kafka-txn sink: write() ran outside a Spark task")
+        records: list[Record] = []
+        self._encode(iterator, records)
         return commit_task(self.task_config, ctx, records)
 
-    def _encode(self, iterator: Iterator[Any], message: KafkaTxnCommitMessage) -> None:
-        """Every row of the task, encoded into `message` (the whole iterator is consumed: the
+    def _encode(self, iterator: Iterator[Any], records: list[Record]) -> None:
+        """Every row of the task, encoded into `records` (the whole iterator is consumed: the
         state store commits its version when the rows are all read)."""
         if self.limits is not None:
-            self._write_raw(iterator, message, self.limits)
+            self._write_raw(iterator, records, self.limits)
             return
         codec = make_codec(self.wire_format, self.schema_registry_url, self.config.topic)
+        late_topic = self.config.late_topic
         late_codec = (
-            make_codec(self.wire_format, self.schema_registry_url, self.config.late_topic)
+            make_codec(self.wire_format, self.schema_registry_url, late_topic)
             if "late" in self.columns
             else codec
         )
@@ -281,15 +265,16 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
             )
             for values, late in zip(zip(*columns, strict=True), lates, strict=True):
                 row = dict(zip(names, values, strict=True))
+                # The value first: the codec names a field that is wrong (e.g. a null ip).
                 if late:
-                    message.late_values.append(late_codec.encode(row))
-                    message.late_keys.append(row[KEY_FIELD].encode("utf-8"))
+                    value = late_codec.encode(row)
+                    records.append((row[KEY_FIELD].encode("utf-8"), value, None, late_topic))
                 else:
-                    message.values.append(codec.encode(row))
-                    message.keys.append(row[KEY_FIELD].encode("utf-8"))
+                    value = codec.encode(row)
+                    records.append((row[KEY_FIELD].encode("utf-8"), value))
 
     def _write_raw(
-        self, iterator: Iterator[Any], message: KafkaTxnCommitMessage, limits: DeadLetterLimits
+        self, iterator: Iterator[Any], records: list[Record], limits: DeadLetterLimits
     ) -> None:
         """Raw mode: each record as it is, its header columns as headers, bounded so it fits
         whatever it holds (a record that cannot be produced would fail every replay)."""
@@ -303,33 +288,22 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                     (HEADERS[c], str(v).encode()) for c, v in zip(named, row) if v is not None
                 ]
                 record = bound_record(key, value, headers, limits)
-                message.keys.append(record.key)
-                message.values.append(record.value)
-                message.headers.append(record.headers or None)  # type: ignore[arg-type]
+                records.append((record.key, record.value, record.headers or None))  # type: ignore[arg-type]
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Write the batch in one transaction with its progress marker (commit_by "tasks": the
-        marker only, counting what the tasks committed). Runs on the driver."""
-        if self.config.commit_by == "tasks":
-            written = written_by(batchId, messages)
-            session_for(self.config).commit_batch(batchId, [], written=written)
-            return
-        records = (
-            record
-            for m in messages
-            if isinstance(m, KafkaTxnCommitMessage)
-            for record in _records(m, self.config.late_topic)
-        )
-        session_for(self.config).commit_batch(batchId, records)
+        """Record the batch in the query's marker, counting what the tasks committed (its
+        transaction holds the marker only: no result passes through the driver)."""
+        written = written_by(batchId, messages)
+        session_for(self.config).commit_batch(batchId, [], written=written)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """The batch failed: a write task failed, or commit() raised. Runs on the driver.
 
-        Records are produced only inside commit()'s transaction, and commit_batch aborts that
-        transaction itself before raising, so there is normally nothing to undo. If the commit
-        process died instead, its transaction stays open until the restarted query's
-        init_transactions (same transactional.id) aborts it; read_committed readers never see it.
-        Spark fails the batch; a restart replays it from its offsets.
+        Each task's transaction is committed or aborted by the task itself (commit_batch aborts
+        before raising); a task that died inside one leaves it open until the retried task's
+        init_transactions (same transactional.id) aborts it. Tasks that committed stay committed:
+        their markers make the replay of the batch skip them. Spark fails the batch; a restart
+        replays it from its offsets.
         """
         failed = sum(1 for m in messages if m is None)
         logger.warning(
@@ -354,12 +328,3 @@ def _number(opts: Mapping[str, str], name: str, kind: type, default: Any) -> Any
         raise ConfigError(
             f"ipcount-kafka-txn sink: option {name!r} must be a number, got {raw!r}"
         ) from None
-
-
-def _records(m: KafkaTxnCommitMessage, late_topic: str) -> Iterator[Record]:
-    if not m.headers:
-        yield from zip(m.keys, m.values, strict=True)
-    else:
-        yield from zip(m.keys, m.values, m.headers, strict=True)
-    for k, v in zip(m.late_keys, m.late_values, strict=True):
-        yield (k, v, None, late_topic)

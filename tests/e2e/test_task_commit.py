@@ -1,5 +1,4 @@
-"""sink.commit_by = "tasks": every sink task writes its share of a micro-batch in its own Kafka
-transaction. Killed inside a task's transaction and between a task's commit and Spark's commit
+"""Every sink task writes its share of a micro-batch in its own Kafka transaction. Killed inside a task's transaction and between a task's commit and Spark's commit
 log, the job still writes every (window, IP) exactly once; each partition's marker says what it
 wrote and the query's marker sums them."""
 
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_each_task_commits_its_share_once_through_kills(
     make_settings, tmp_path, ipcount_cli, Feed
 ) -> None:  # type: ignore[no-untyped-def]
-    settings = make_settings("sink.commit_by=tasks")
+    settings = make_settings()
     ensure_topics(settings)
     feed = Feed(settings)
     feed.round(0, 20)

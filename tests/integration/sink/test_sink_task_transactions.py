@@ -1,17 +1,21 @@
-"""sink.commit_by "tasks" against a real broker: each sink task's share in its own transaction,
-two attempts of one task, the query's marker beside the tasks', and what must be refused."""
+"""The sink's per-task transactions against a real broker: each sink task's share in its own
+transaction, two attempts of one task, the query's marker beside the tasks', what must be refused,
+and the start that ends the transactions a killed job's tasks left open."""
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 import uuid
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 
 from ipcount.config import Settings
-from ipcount.errors import SinkHistoryError
+from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
+from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 from ipcount.sink.runs import read_progress
 from ipcount.sink.task_commit import BATCH_ID_PROPERTY, commit_task, task_config
@@ -44,7 +48,6 @@ def _config(settings: Settings, **changes: object) -> TxnConfig:
         producer_conf=settings.kafka.to_librdkafka("producer"),
         consumer_conf=settings.kafka.to_librdkafka("consumer"),
         retry_deadline_seconds=10.0,
-        commit_by="tasks",
         fault_points=False,
     )
     return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
@@ -96,9 +99,10 @@ def test_a_second_attempt_of_a_task_writes_nothing_twice(sink_settings: Settings
 
 def test_a_batch_the_query_recorded_is_skipped_by_every_task(sink_settings: Settings) -> None:
     """The query's marker covers its partitions: a task with no marker of its own (a partition
-    that was empty, or a query that ran with commit_by "driver" before) skips what it records."""
+    that was empty, or a query whose driver wrote every result, as ipcount did before per-task
+    commits) skips what it records."""
     cfg = _config(sink_settings)
-    driver = TxnSession(dataclasses.replace(cfg, commit_by="driver"))
+    driver = TxnSession(cfg)
     assert driver.commit_batch(4, _records(4, 9)).status == "committed"
     assert commit_task(cfg, _Ctx(1, 4), _records(4, 1)).status == "replay"
     assert commit_task(cfg, _Ctx(1, 5), _records(5, 1)).status == "committed"
@@ -114,12 +118,37 @@ def test_a_task_asked_for_an_older_batch_stops(sink_settings: Settings) -> None:
         commit_task(cfg, _Ctx(0, 6), _records(6, 0))
 
 
-def test_commit_by_driver_refuses_a_batch_its_tasks_half_wrote(sink_settings: Settings) -> None:
-    """Switching back to commit_by "driver" in the middle of a batch would write the partitions
-    the tasks committed again: refused, with what to do."""
+def test_the_start_ends_what_a_killed_jobs_tasks_left_open(sink_settings: Settings) -> None:
+    """Tasks killed inside their transactions leave them open, and read_committed readers of the
+    sink wait behind the first open one: the job's start fences every task's id (all at once)
+    before it reads anything, and the zombies can then commit nothing."""
     cfg = _config(sink_settings)
-    commit_task(cfg, _Ctx(1, 0), _records(0, 1))
-    driver = TxnSession(dataclasses.replace(cfg, commit_by="driver"))
-    with pytest.raises(SinkHistoryError, match='commit_by = "tasks" until that batch is done'):
-        driver.commit_batch(0, _records(0, 0) + _records(0, 1))
-    assert _read(sink_settings) == sorted(f"10.1.0.{i}" for i in range(3))
+    tids = [task_config(cfg, p).transactional_id for p in range(6)]
+    zombies = []
+    for p, tid in enumerate(tids):
+        zombie = Producer({**cfg.producer_conf, "transactional.id": tid})
+        zombie.init_transactions(10)
+        zombie.begin_transaction()
+        zombie.produce(cfg.topic, key=b"zombie", value=_records(0, p, 1)[0][1])
+        assert zombie.flush(10) == 0
+        zombies.append(zombie)
+    assert commit_task(cfg, _Ctx(7, 0), _records(0, 7)).status == "committed"
+
+    fence_predecessors(cfg.producer_conf, tids, cfg.transaction_timeout_ms, 20.0)
+
+    assert _read(sink_settings) == sorted(f"10.7.0.{i}" for i in range(3))
+    for zombie in zombies:
+        with pytest.raises(KafkaException):
+            zombie.commit_transaction(10)
+
+
+def test_a_start_that_cannot_reach_the_broker_names_the_id() -> None:
+    conf = {"bootstrap.servers": _closed_port()}
+    with pytest.raises(SinkError, match="could not initialise transactional.id 'ipcount-q-x-p0'"):
+        fence_predecessors(conf, ["ipcount-q-x-p0", "ipcount-q-x-p1"], 60_000, 2.0)
+
+
+def _closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"

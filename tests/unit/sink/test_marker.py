@@ -93,7 +93,7 @@ def test_one_read_of_the_topic_keeps_the_newest_marker_and_where_it_was_read() -
 
 
 def test_a_sink_tasks_marker_has_its_own_key_and_is_kept_apart_from_the_querys() -> None:
-    """sink.commit_by "tasks": a task's marker names its sink partition, is keyed by it (so
+    """A sink task's marker names its sink partition, is keyed by it (so
     compaction keeps every partition's newest), and never stands in for the query's marker."""
     task = ProgressMarker(query_id="q1", batch_id=8, records=3, sink_partition=1)
     assert task.key == b"q1#p1"

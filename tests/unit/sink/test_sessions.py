@@ -1,5 +1,5 @@
 """The process-wide sink sessions: kept warm across batches, a bounded number per Python worker
-(with sink.commit_by "tasks" one worker may serve many sink partitions over time)."""
+(one worker may serve many sink partitions over time)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ def _config() -> TxnConfig:
         query_id="q1",
         transactional_id="ipcount-q1",
         producer_conf={"bootstrap.servers": "127.0.0.1:1"},
-        commit_by="tasks",
     )
 
 

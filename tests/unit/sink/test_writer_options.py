@@ -152,9 +152,10 @@ def test_sink_options_from_settings_round_trip() -> None:
     assert writer.config.consumer_conf["fetch.max.bytes"] == "1000"
     dlq = sink_options(settings, "dlq-query", topic=settings.topics.dead_letter, mode="raw")
     assert KafkaTxnStreamWriter(dlq, RAW).config.topic == "ip_count_dead_letter"
-    # The chaos tests' kill points are the counting query's: a kill inside the dead-letter
-    # query's transaction would leave the counting query's batch untouched.
-    assert writer.config.fault_points and not KafkaTxnStreamWriter(dlq, RAW).config.fault_points
+    # The chaos tests' kill points are in the counting query's sink tasks, whose transactions hold
+    # the results: not in the driver's (the query's marker only), nor the dead-letter query's.
+    assert writer.task_config.fault_points and not writer.config.fault_points
+    assert not KafkaTxnStreamWriter(dlq, RAW).task_config.fault_points
 
 
 def test_producer_config_repr_hides_secrets() -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from confluent_kafka import Message
 
-from ipcount.bench.measure import RunFigures, measure_run, plan_preload, spark_pairs
+from ipcount.bench.measure import RunFigures, fmt_num, measure_run, plan_preload, spark_pairs
 from ipcount.bench.workspace import bench_env
 from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
@@ -179,8 +179,7 @@ def _ends(settings: Settings) -> dict[int, int]:
 
 
 def _row(label: str, us: float | None, note: str) -> str:
-    figure = "-" if us is None else f"{us:.2f}"
-    return f"| {label:<44} | {figure:>6} | {note} |"
+    return f"| {label:<44} | {fmt_num(us, 2):>6} | {note} |"
 
 
 def _python_rows(costs: _Costs, plain_s: float) -> list[str]:
@@ -205,16 +204,21 @@ def _jvm_rows(fig: RunFigures) -> list[str]:
     def us(seconds: float | None) -> float | None:
         return None if seconds is None else seconds * 1e6 / n
 
+    def staged(seconds: float) -> float | None:
+        """A figure of Spark's event log: none without one (--no-event-log)."""
+        return us(seconds) if st.found else None
+
     state = ph.state_updates + ph.state_removals + ph.state_commit
     return [
-        _row("JVM map tasks (CPU)", us(st.task_cpu.get("map", 0.0)),
+        _row("JVM map tasks (CPU)", staged(st.task_cpu.get("map", 0.0)),
              "Arrow from the Python worker, partial aggregation, shuffle write"),
-        _row("  of which shuffle write (wall)", us(st.shuffle_write), "Spark's shuffle write time"),
-        _row("JVM reduce tasks (CPU)", us(st.task_cpu.get("reduce", 0.0)),
+        _row("  of which shuffle write (wall)", staged(st.shuffle_write),
+             "Spark's shuffle write time"),
+        _row("JVM reduce tasks (CPU)", staged(st.task_cpu.get("reduce", 0.0)),
              "shuffle read, state store, sink encode"),
         _row("  state store (wall)", us(state), "updates + removals + commit (progress)"),
-        _row("driver: sink transaction (wall)", us(st.driver_after),
-             "after the batch's jobs: the sink's one Kafka transaction"),
+        _row("driver: sink transaction (wall)", staged(st.driver_after),
+             "after the batch's jobs: the query's marker in one Kafka transaction"),
         _row("JVM whole process (CPU)", us(m.cpu_jvm), "start-up included"),
         _row("Python workers (CPU)", us(m.cpu_workers),
              "the job's read tasks in Spark's Python workers, their start included"),
@@ -257,7 +261,7 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
             return 0
         fig = measure_run(
             env, plan.overrides, "costs", args.records, Ledger.load(ledger_path),
-            spark_conf=spark_conf, timeout=args.timeout,
+            spark_conf=spark_conf, event_log=not args.no_event_log, timeout=args.timeout,
         )  # fmt: skip
         for line in _jvm_rows(fig):
             say(line)

@@ -64,3 +64,30 @@ def test_the_cost_table_has_a_figure_for_every_step(bootstrap: str) -> None:
     assert total > 0 and plain > 0
     assert 0.5 * plain < total < 2.0 * plain, proc.stdout
     assert "exact=true" in proc.stdout, proc.stdout
+
+
+# The rows only Spark's event log gives (per-stage task times, the driver's time after the jobs).
+EVENT_LOG_ROWS = ("JVM map tasks", "shuffle write", "JVM reduce tasks", "sink transaction")
+ANY_ROW = re.compile(r"^\| (?P<step>[^|]+?) +\| +(?P<us>-|\d+\.\d\d) +\|", re.M)
+
+
+def test_no_event_log_leaves_the_per_stage_rows_empty(bootstrap: str) -> None:
+    """--no-event-log: Spark writes no event log, so the rows it alone gives show `-`, not a
+    figure; the job's other rows (progress, process CPU) are still measured."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "ipcount", "--config", str(ROOT / "conf" / "ipcount.toml"),
+            "--log-level", "WARNING", "--set", "spark.master=local[2]",
+            "bench", "costs", "--records", "5000", "--partitions", "1", "--ips", "100",
+            "--bootstrap", bootstrap, "--no-event-log",
+        ],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {m["step"]: m["us"] for m in ANY_ROW.finditer(proc.stdout)}
+    for step in EVENT_LOG_ROWS:
+        found = [rows[name] for name in rows if step in name]
+        assert found == ["-"], f"{step!r} in:\n{proc.stdout}"
+    assert rows["JVM whole process (CPU)"] != "-", proc.stdout
+    assert "exact=true" in proc.stdout, proc.stdout

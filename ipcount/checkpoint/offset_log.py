@@ -39,6 +39,21 @@ class OffsetLog:
         self.checkpoint = checkpoint.rstrip("/")
         self._fs, self._root = _filesystem(self.checkpoint)
 
+    def query_id(self) -> str | None:
+        """The query id in the checkpoint's `metadata` file, None before the query's first start.
+
+        Raises:
+            SourceError: the file is not Spark's checkpoint metadata.
+        """
+        try:
+            text = self._read(f"{self._root}/metadata")
+        except FileNotFoundError:
+            return None
+        try:
+            return str(json.loads(text.splitlines()[0])["id"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SourceError(f"{self.checkpoint}/metadata is unreadable: {exc!r}") from exc
+
     def batch_ids(self) -> list[int]:
         """The batch ids that have an offset log entry, ascending."""
         return sorted(int(name) for name in self._list(f"{self._root}/offsets") if name.isdigit())

@@ -5,10 +5,8 @@ markers (what a reader with only Kafka access has), else in its checkpoint. Driv
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from ipcount.checkpoint.offset_log import OffsetLog, local_path
 from ipcount.config import Settings
@@ -40,8 +38,8 @@ class SinkWatermark:
 def marker_watermark(markers: Mapping[str, ProgressMarker], topic: str) -> SinkWatermark | None:
     """The highest watermark among the newest progress markers of the queries that wrote `topic`
     (None: no marker of it records one; markers of older ipcount versions have no watermark).
-    Each marker is committed in the same transaction as its batch's results, so every window
-    ending at or before its watermark is in the sink (or in a correction)."""
+    A query's marker is committed after every sink task committed its share of the batch, so
+    every window ending at or before its watermark is in the sink (or in a correction)."""
     best: SinkWatermark | None = None
     for qid, marker in markers.items():
         mark = marker.watermark_ms
@@ -58,15 +56,14 @@ def checkpoint_watermark(
     """The watermark of the newest batch in a local checkpoint's commit log, when that checkpoint
     is the one of a query that wrote `topic` (its metadata id names a marker's query); else
     None. Spark writes its commit log after the sink's commit, so this may lag the sink."""
-    path = local_path(checkpoint)
-    if path is None:
+    if local_path(checkpoint) is None:
         return None
     try:
-        qid = str(json.loads(Path(path, "metadata").read_text(encoding="utf-8"))["id"])
-        marker = markers.get(qid)
+        log = OffsetLog(checkpoint)
+        qid = log.query_id()
+        marker = markers.get(qid) if qid is not None else None
         if marker is None or marker.topic != topic:
             return None
-        log = OffsetLog(checkpoint)
         last = log.last_committed()
         if last is None:
             return None

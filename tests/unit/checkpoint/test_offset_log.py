@@ -59,3 +59,13 @@ def test_the_last_committed_batch_is_the_newest_in_the_commit_log(tmp_path: Path
         (tmp_path / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
     (tmp_path / "commits" / ".10.crc").write_text("x")
     assert log.last_committed() == 10
+
+
+def test_the_query_id_is_the_checkpoint_s_metadata_id(tmp_path: Path) -> None:
+    log = OffsetLog(str(tmp_path))
+    assert log.query_id() is None  # before the query's first start
+    (tmp_path / "metadata").write_text('{"id":"5f1d0c1e-q"}\n')
+    assert log.query_id() == "5f1d0c1e-q"
+    (tmp_path / "metadata").write_text("not json")
+    with pytest.raises(SourceError, match="metadata is unreadable"):
+        log.query_id()

@@ -70,8 +70,7 @@ def _latency(kinds: Any) -> None:
         "rate, back to back; a read_committed consumer timestamps every result. Prints p50, p95, "
         "p99, min and max of (received - window end) per rate, beside the theoretical floor.",
     )
-    p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
-    p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
+    _source_shape(p)
     p.add_argument(
         "--rates", default="1000,5000,20000",
         help="records/s, one phase each (default 1000,5000,20000)",
@@ -134,9 +133,9 @@ def _source(kinds: Any) -> None:
 def _sink(kinds: Any) -> None:
     p = kinds.add_parser(
         "sink",
-        help="the transactional sink alone: committed results/s for one micro-batch of N results",
-        description="Encode N results as the executors do, pickle them as Spark ships commit "
-        "messages, and commit them in one Kafka transaction as the driver does; per size. "
+        help="the transactional sink alone: committed results/s for one sink task's N results",
+        description="Encode N results and commit them in one Kafka transaction as a sink task "
+        "does on its executor; per size. "
         "Built-in default settings; --config/--set do not apply.",
     )
     p.add_argument("--sizes", default="10000,100000,1000000", help="comma list of batch sizes")
@@ -182,8 +181,7 @@ def _costs(kinds: Any) -> None:
 def _load_options(p: argparse.ArgumentParser, records_help: str) -> None:
     """The pre-loaded source's shape."""
     p.add_argument("--records", type=int, help=records_help)
-    p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
-    p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
+    _source_shape(p)
     p.add_argument("--skew", type=float, default=1.1, help="Zipf skew of IPs (default 1.1)")
     p.add_argument(
         "--event-rate", type=float, default=20_000.0,
@@ -191,6 +189,12 @@ def _load_options(p: argparse.ArgumentParser, records_help: str) -> None:
     )  # fmt: skip
     p.add_argument("--start", help="first event time, ISO 8601 or epoch ms (default 2026-01-01Z)")
     p.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+
+
+def _source_shape(p: argparse.ArgumentParser) -> None:
+    """The source topic's partitions and the generator's IP pool (pre-loaded or live)."""
+    p.add_argument("--partitions", type=int, default=3, help="source partitions (default 3)")
+    p.add_argument("--ips", type=int, default=2000, help="client IP pool (default 2000)")
 
 
 def _run_options(p: argparse.ArgumentParser, verbose: bool = True) -> None:

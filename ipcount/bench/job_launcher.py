@@ -25,6 +25,7 @@ from ipcount.local_pipeline.children import child_env
 
 __all__ = [
     "JobRun",
+    "LaunchedJob",
     "start_job_child",
     "finish_job_child",
     "run_job_child",
@@ -91,6 +92,23 @@ class JobRun:
         return None
 
 
+@dataclass
+class LaunchedJob:
+    """A job child just started: the process, its tree's memory sampling, when it was launched
+    (epoch s) and the result file it will write."""
+
+    child: Child
+    sampler: MemorySampler
+    launched: float
+    result_path: Path
+
+    def abandon(self) -> None:
+        """Stop the job and its sampling (interrupted by Ctrl-C or SIGTERM, or failed): never
+        leave the job running against a stopped broker."""
+        stop_job_child(self.child)
+        self.sampler.__exit__()
+
+
 def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**child_env(), **(extra or {})}
 
@@ -104,8 +122,10 @@ def start_job_child(
     spark_conf: dict[str, str] | None = None,
     timeout: float | None = None,
     extra_env: dict[str, str] | None = None,
-) -> Child:
-    """Launch ipcount.bench.timed_job; its stdout/stderr go to a log file next to the result."""
+) -> LaunchedJob:
+    """Launch ipcount.bench.timed_job and sample its memory; its stdout/stderr go to a log file
+    next to the result."""
+    launched = time.time()
     cmd = [sys.executable, "-m", "ipcount.bench.timed_job", "--result", str(result_path)]
     cmd += env.cli(overrides)
     for key, value in (spark_conf or {}).items():
@@ -118,7 +138,7 @@ def start_job_child(
     log = result_path.with_suffix(".log")
     # In the work directory: the job imports ipcount like any installed application would
     # (a variant's env.PYTHONPATH then wins over the checkout in the current directory).
-    return spawn(
+    child = spawn(
         cmd,
         log=log,
         name="bench job",
@@ -127,6 +147,8 @@ def start_job_child(
         own_session=False,
         append=False,
     )
+    sampler = MemorySampler(child.pid, broker_pid=env.broker_pid).__enter__()
+    return LaunchedJob(child, sampler, launched, result_path)
 
 
 def stop_job_child(child: Child, grace: float = 60.0) -> None:
@@ -152,29 +174,21 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def finish_job_child(
-    child: Child,
-    sampler: MemorySampler,
-    launched: float,
-    result_path: Path,
-    timeout: float | None,
-) -> JobRun:
+def finish_job_child(job: LaunchedJob, timeout: float | None) -> JobRun:
     """Wait for the child, stop sampling, load its result.
 
     Raises:
         IpcountError: the child timed out, failed or wrote no result (with its log's tail).
     """
+    result_path, sampler = job.result_path, job.sampler
     log = result_path.with_suffix(".log")
     try:
-        status = child.wait(timeout)
+        status = job.child.wait(timeout)
     except BaseException:
-        # Interrupted (Ctrl-C, SIGTERM): never leave the job running against a stopped broker.
-        stop_job_child(child)
-        sampler.__exit__()
+        job.abandon()
         raise
     if status is None:
-        stop_job_child(child)
-        sampler.__exit__()
+        job.abandon()
         raise IpcountError(f"the job did not finish within {timeout:g}s; log: {log}")
     exited = time.time()
     sampler.__exit__()
@@ -184,7 +198,7 @@ def finish_job_child(
     if status != 0 or result.get("status") != 0:
         raise IpcountError(f"the job failed (exit {status}):\n{_tail(log)}")
     progress = [ev["progress"] for ev in result["events"] if ev["event"] == "progress"]
-    return JobRun(status, launched, exited, result, sampler.peaks, log, progress)
+    return JobRun(status, job.launched, exited, result, sampler.peaks, log, progress)
 
 
 def run_job_child(
@@ -198,12 +212,10 @@ def run_job_child(
 ) -> JobRun:
     """Run the job with Trigger.AvailableNow in a child process until every window is committed."""
     result_path = env.workdir / f"job-{name}-{uuid.uuid4().hex[:6]}.json"
-    launched = time.time()
-    child = start_job_child(
+    job = start_job_child(
         env, overrides, result_path, available_now=True, spark_conf=spark_conf, extra_env=extra_env
     )
-    sampler = MemorySampler(child.pid, broker_pid=env.broker_pid).__enter__()
-    return finish_job_child(child, sampler, launched, result_path, timeout)
+    return finish_job_child(job, timeout)
 
 
 def _tail(log: Path, lines: int = 25) -> str:

@@ -132,8 +132,7 @@ def _timing(args: argparse.Namespace, settings: Settings) -> tuple[list[float], 
 def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
     """Run the job (processing-time trigger) and the rate phases; percentiles per rate, a line
     each to `say`."""
-    from ipcount.bench.job_launcher import finish_job_child, start_job_child, stop_job_child
-    from ipcount.bench.memory import MemorySampler
+    from ipcount.bench.job_launcher import finish_job_child, start_job_child
     from ipcount.bench.workspace import bench_env
     from ipcount.kafka.topics import ensure_topics
 
@@ -144,17 +143,15 @@ def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
         )
         ensure_topics(run_settings)
         result_path = env.workdir / "job-latency.json"
-        launched = time.time()
-        child = start_job_child(
+        job = start_job_child(
             env, overrides, result_path, available_now=False, spark_conf=spark_conf_of(args),
             timeout=args.warmup + len(rates) * args.duration + 900,
         )  # fmt: skip
-        sampler = MemorySampler(child.pid, broker_pid=env.broker_pid).__enter__()
         watcher = CommitWatcher(run_settings)
         watcher.start()
         phases: list[_Phase] = []
         try:
-            query_s = _await_query(child, result_path) - launched
+            query_s = _await_query(job.child, result_path) - job.launched
             say(
                 f"bench latency: broker {env.bootstrap}; job query started {query_s:.1f}s after "
                 f"launch; trigger {timing.trigger:g}s, window {timing.window:g}s, watermark delay "
@@ -164,8 +161,7 @@ def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
             _run_phases(env, overrides, watcher, rates, args, phases, say)
             report = _verify_phases(run_settings, phases)
         except BaseException:
-            stop_job_child(child)
-            sampler.__exit__()
+            job.abandon()
             raise
         finally:
             watcher.stop()
@@ -173,8 +169,8 @@ def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
                 if phase.proc is not None:
                     phase.proc.send_signal(signal.SIGTERM)
             # The job stops after its current micro-batch.
-            child.send_signal(signal.SIGTERM)
-        run = finish_job_child(child, sampler, launched, result_path, 300)
+            job.child.send_signal(signal.SIGTERM)
+        run = finish_job_child(job, 300)
         for line in _report(phases, watcher.received, run.result, timing):
             say(line)
         for line in _resource_lines(run):

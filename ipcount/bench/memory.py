@@ -29,8 +29,7 @@ class MemoryPeaks:
     workers: int = 0
     total: int = 0
     max_workers: int = 0
-    # The largest single Python worker: in local mode the sink's commit runs in one, so with
-    # sink.commit_by "driver" it holds every result of a batch; with "tasks", a task's share.
+    # The largest single Python worker: a sink task's holds its share of a batch's results.
     one_worker: int = 0
     samples: int = 0
     # CPU seconds (user + system) used by each role over the job process's life, from the last

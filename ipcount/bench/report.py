@@ -214,7 +214,7 @@ class StageTotals:
     jobs_wall: float = 0.0
     # Driver time inside the batches' SQL executions before their first Spark job (planning the
     # source's partitions, creating the sink writer) and after their last one (the sink's
-    # driver-side commit: one Kafka transaction).
+    # driver-side commit: the query's marker, in one Kafka transaction).
     driver_before: float = 0.0
     driver_after: float = 0.0
     wall: dict[str, float] = field(default_factory=dict)

@@ -280,8 +280,8 @@ def format_table(rows: list[_Row]) -> list[str]:
         "jvmMB, pyDrv, pyWrk: peak RSS (MB) of the driver JVM (local mode: executors too), the "
         "Python driver, and all "
         "Python workers together (forked workers share pages: an upper bound); pyWk1: the "
-        "largest single Python worker (MB; local mode runs the sink's commit in one: with "
-        "sink.commit_by driver it holds a batch's every result).",
+        "largest single Python worker (MB; a sink task's holds its share of a batch's "
+        "results).",
     ]
     return lines
 

@@ -14,8 +14,8 @@ from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
-from ipcount.sink.transaction import TxnSession
 from ipcount.sink.task_commit import task_config
+from ipcount.sink.transaction import TxnSession
 
 __all__ = ["bench_one", "run_sink"]
 

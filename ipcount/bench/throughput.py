@@ -64,7 +64,7 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
             f"(source read + parse + partial aggregation) reduce_stages_s="
             f"{st.wall.get('reduce', 0.0):.1f} (state store + sink encode) driver_before_jobs_s="
             f"{st.driver_before:.1f} (source planning, sink writer set-up) driver_after_jobs_s="
-            f"{st.driver_after:.1f} (sink: one Kafka transaction per batch) other_s="
+            f"{st.driver_after:.1f} (sink: the query's marker per batch) other_s="
             f"{max(0.0, add_batch - st.jobs_wall - st.driver_before - st.driver_after):.1f}"
         )
         lines.append(

@@ -1,5 +1,6 @@
 """Reads the sink's final results and the late corrections with read_committed into a WindowBook,
-cut at transaction boundaries: the book only ever holds whole transactions. CLI side."""
+cut at transaction boundaries: the book only ever holds whole transactions, and a window only once
+every sink task's share of it is in (dashboard.gate). CLI side."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from collections.abc import Iterable
 
 from ipcount.config import Settings
+from ipcount.dashboard.gate import WindowGate
 from ipcount.dashboard.model import WindowBook
 from ipcount.errors import IpcountError
 from ipcount.formats.avro import Codec, IpCount, make_codec
@@ -32,17 +34,17 @@ class ResultFeed:
     """topics.sink (kind 'final') and, `with_late`, topics.late (kind 'late'), read from the
     beginning with isolation.level=read_committed. Use as a context manager.
 
-    The job writes a batch's results and corrections in one transaction over several partitions
-    of both topics, and a read_committed reader may receive them over several polls. The feed
-    applies records to the book only up to a cut: per partition, a last stable offset (below it
-    every transaction is decided, and read_committed shows each whole). A cut is taken when
-    every partition's last stable offset equals its high watermark queried after it (no
-    partition held an undecided record, so no commit was half-way through landing on its
-    partitions), or when a partition holds an open transaction but no last stable offset has
-    moved for _STILL_SECONDS (no commit is landing). `step` says True once every record below
-    the cut has been read: the book then holds every transaction below it in full and none in
-    part; records read past the cut wait for the next one. No look needs the topics to be idle,
-    so under sustained load each commit is in the book within a few steps.
+    The job writes a batch's results and corrections in one transaction per sink task, over several
+    partitions of both topics, and a read_committed reader may receive them over several polls. The
+    feed applies records to the book only up to a cut: per partition, a last stable offset (below it
+    every transaction is decided, and read_committed shows each whole). A cut is taken when every
+    partition's last stable offset equals its high watermark queried after it (no partition held an
+    undecided record, so no commit was half-way through landing on its partitions), or when a
+    partition holds an open transaction but no last stable offset has moved for _STILL_SECONDS (no
+    commit is landing). `step` says True once every record below the cut has been read: the book
+    then holds every transaction below it in full and none in part; records read past the cut wait
+    for the next one. No look needs the topics to be idle, so under sustained load each commit is in
+    the book within a few steps.
     """
 
     def __init__(self, settings: Settings, *, with_late: bool = True) -> None:
@@ -54,6 +56,11 @@ class ResultFeed:
         self._target: Cut | None = None  # the cut being read towards
         self._last_ends: Cut | None = None  # the last stable offsets at the previous look
         self._ends_since = 0.0  # when they last moved (monotonic)
+        self._gate: WindowGate | None = None
+        # The gate's limit when the cut being read towards was taken (None: no limit), and the
+        # final results read below a cut whose window ended past its limit: shown later.
+        self._limit: int | None = None
+        self._waiting: list[IpCount] = []
 
     def __enter__(self) -> ResultFeed:
         self.open()
@@ -76,6 +83,7 @@ class ResultFeed:
         if self.with_late:
             topics.append((s.topics.late, "late", "topics.late"))
         try:
+            self._gate = WindowGate(s)
             for topic, kind, setting in topics:
                 codec = make_codec(s.sink.wire_format, s.sink.schema_registry_url, topic)
                 reader = TopicReader(
@@ -90,13 +98,24 @@ class ResultFeed:
         for reader, _, _ in self._readers:
             reader.close()
         self._readers = []
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
+
+    @property
+    def waiting(self) -> int:
+        """Final results read but not shown yet: their batch's other shares are not all in."""
+        return len(self._waiting)
 
     def _apply(
         self, book: WindowBook, records: Iterable[SinkRecord], kind: str, codec: Codec
     ) -> int:
         n = 0
         for _, result in decode_records(records, codec):
-            self._add(book, result, kind)
+            if kind == "final" and self._limit is not None and result.window_end > self._limit:
+                self._waiting.append(result)
+            else:
+                self._add(book, result, kind)
             n += 1
         self.records += n
         return n
@@ -158,6 +177,8 @@ class ResultFeed:
             BrokerError: the end offsets could not be queried (the broker is unreachable).
             DecodeError: a record is not an IpCount.
         """
+        if self._gate is not None:
+            self._gate.poll(timeout=0)
         for i, (reader, kind, codec) in enumerate(self._readers):
             records = reader.poll(timeout=_POLL_SECONDS)
             if records:
@@ -174,7 +195,9 @@ class ResultFeed:
 
     def _next_cut(self) -> Cut | None:
         """The last stable offsets of every partition if they are a cut between whole
-        transactions (see the class docstring), else None (look again at the next step)."""
+        transactions (see the class docstring), else None (look again at the next step). The
+        gate's limit is read first: what it vouches for was committed before these ends."""
+        limit = None if self._gate is None else self._gate.limit()
         ends: Cut = {}
         for i, (reader, _, _) in enumerate(self._readers):
             ends.update({(i, p): end for p, end in reader.ends().items()})
@@ -186,14 +209,22 @@ class ResultFeed:
         now = time.monotonic()
         if ends != self._last_ends:
             self._last_ends, self._ends_since = ends, now
-        if all(end >= highs.get(key, end) for key, end in ends.items()):
+        if all(end >= highs.get(key, end) for key, end in ends.items()) or (
+            now - self._ends_since >= _STILL_SECONDS  # an open transaction, no commit landing
+        ):
+            self._limit = limit
             return ends
-        if now - self._ends_since >= _STILL_SECONDS:
-            return ends  # an open transaction, and no commit landed for a long while
         return None
 
     def _release(self, book: WindowBook, cut: Cut) -> None:
         """Apply the held records below `cut` to `book`, in the order read; keep the rest."""
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            for result in waiting:
+                if self._limit is None or result.window_end <= self._limit:
+                    self._add(book, result, "final")
+                else:
+                    self._waiting.append(result)
         for i, held in self._held.items():
             if not held:
                 continue

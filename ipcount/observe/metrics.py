@@ -61,8 +61,8 @@ _HELP = {
     # what the driver sees: a finished micro-batch that wrote rows committed one transaction; a
     # failed micro-batch's transaction never commits (the sink aborts it, or the restarted
     # query's init_transactions does).
-    "ipcount_transactions_committed": "Kafka transactions committed by the sink: finished "
-    "micro-batches that wrote rows",
+    "ipcount_transactions_committed": "Micro-batches the sink committed (each in one Kafka "
+    "transaction per sink task, then the query's marker): finished micro-batches that wrote rows",
     "ipcount_transactions_aborted": "Queries that ended with an error: the failed micro-batch's "
     "transaction, if begun, never commits",
     "ipcount_late_records": "Records that arrived after their window's result was emitted",

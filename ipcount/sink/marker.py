@@ -1,5 +1,6 @@
-"""The progress marker (driver): what a sink transaction writes to topics.progress beside its
-batch's results, keyed by query id (compacted), and how a reader decodes it. JSON on the wire."""
+"""The progress marker: what a sink task's transaction writes to topics.progress beside its share of
+a batch's results (keyed by query id and sink partition), and the driver's transaction after them
+(keyed by query id: the whole batch); compacted. How a reader decodes it. JSON on the wire."""
 
 from __future__ import annotations
 

@@ -108,18 +108,19 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path, broker_kind:
 def test_chaos_on_a_standalone_cluster_kills_driver_executors_and_stays_exact(
     tmp_path: Path, broker_kind: str
 ) -> None:
-    # A master and two 1-core workers; seed 5 with four kills plans one of each kind: a SIGKILL of
-    # the driver (the job restarts from its checkpoint), a SIGKILL of an executor at a random
-    # moment, and the two fault points, which now strike inside a sink task on an executor and
-    # kill that executor (its JVM and Python workers): Spark re-runs the task on another executor,
-    # with no query restart, and the retry finds its transaction fenced or its batch committed.
+    # A master and two 1-core workers; seed 7 with four kills plans one of each kind, in this
+    # order: a SIGKILL of an executor at a random moment, the two fault points, which now strike
+    # inside a sink task on an executor and kill that executor (its JVM and Python workers), and
+    # a SIGKILL of the driver (the job restarts from its checkpoint). Spark re-runs a killed
+    # executor's tasks on another executor, with no query restart, and the retried sink task
+    # finds its transaction fenced (before_commit) or its batch committed (after_commit).
     if os.environ.get("IPCOUNT_TEST_BOOTSTRAP"):
         extra = ["--use-configured-broker"]
     else:
         extra = []
     run = _chaos(
         tmp_path, broker_kind, "--standalone-workers", "2", "--records", "300", "--rate", "20",
-        "--kills", "4", "--broker-restarts", "0", "--seed", "5", "--ips", "50", *extra,
+        "--kills", "4", "--broker-restarts", "0", "--seed", "7", "--ips", "50", *extra,
         timeout=600,
     )  # fmt: skip
     out = run.stdout

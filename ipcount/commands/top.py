@@ -35,9 +35,9 @@ its final count plus every correction for its (window, IP) read so far, and a li
 A window is printed once its results have arrived: each sink task writes its share of a window's
 results in one transaction, and top prints only up to a transaction boundary on every partition of
 both topics (their last stable offsets, taken when no commit is half-way through landing), once
-everything below it has been read, and a window only once the job's progress marker (topics.progress)
-says every share of it is in, so no window is shown half-read; under sustained load each commit is
-printed within about a second, without waiting for the topics to go idle. Without --follow, top
+everything below it has been read, and a window only once the job's progress marker
+(topics.progress) says every share of it is in, so no window is shown half-read; under sustained
+load each commit is printed within about a second, without waiting for the topics to go idle. Without --follow, top
 reads both topics to their ends (however long they are, as long as records keep coming), prints
 every window (corrections already added in) and exits; --last K prints only the newest K windows
 and holds no more than K in memory. With --follow it then keeps printing windows as they are

@@ -37,14 +37,14 @@ results in one transaction, and top prints only up to a transaction boundary on 
 both topics (their last stable offsets, taken when no commit is half-way through landing), once
 everything below it has been read, and a window only once the job's progress marker
 (topics.progress) says every share of it is in, so no window is shown half-read; under sustained
-load each commit is printed within about a second, without waiting for the topics to go idle. Without --follow, top
-reads both topics to their ends (however long they are, as long as records keep coming), prints
-every window (corrections already added in) and exits; --last K prints only the newest K windows
-and holds no more than K in memory. With --follow it then keeps printing windows as they are
-committed; corrections that arrive for windows already printed are gathered into one compact
-"corrections" block per refresh: one line per window with what changed (+K late) and its new total
-(--json gives the new ranking). A window that only late records reached has no final result; its
-block says so (with --follow, one older than a window already printed is a corrections line)."""
+load each commit is printed within about a second, without waiting for the topics to go idle.
+Without --follow, top reads both topics to their ends (however long they are, as long as records
+keep coming), prints every window (corrections already added in) and exits; --last K prints only the
+newest K windows and holds no more than K in memory. With --follow it then keeps printing windows as
+they are committed; corrections that arrive for windows already printed are gathered into one
+compact "corrections" block per refresh: one line per window with what changed (+K late) and its new
+total (--json gives the new ranking). A window that only late records reached has no final result;
+its block says so (with --follow, one older than a window already printed is a corrections line)."""
 
 
 def register(sub: SubParsers) -> None:

@@ -149,12 +149,15 @@ class TxnSession(TxnCalls):
     ) -> CommitOutcome:
         """Commit one batch, or skip it: empty, or a replay of the last committed one."""
         started = time.monotonic()
-        if not self.started:
-            # Even for an empty batch: init_transactions aborts what a crashed predecessor left
-            # open, which would otherwise hold back read_committed readers (and other queries'
-            # progress reads on the shared progress topic) until the broker times it out.
+        empty = not records and not (written and any(written))
+        if not self.started and not (empty and self.config.sink_partition is not None):
+            # Even for an empty batch of the driver's: init_transactions aborts what a crashed
+            # predecessor left open, which would otherwise hold back read_committed readers (and
+            # other queries' progress reads on the shared progress topic) until the broker times
+            # it out. A sink task with nothing to write starts nothing: the job's start fenced
+            # every task's id, and a task that writes nothing needs no marker to decide on.
             self.start()
-        if not records and not (written and any(written)):
+        if empty:
             # No transaction and no marker: the marker only has to cover batches with output, and
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)

@@ -20,8 +20,7 @@ def test_each_task_commits_its_share_once_through_kills(
     ensure_topics(settings)
     feed = Feed(settings)
     feed.round(0, 20)
-    env = {"IPCOUNT_SINK_COMMIT_BY": "tasks"}
-    first = ipcount_cli(settings, "run", "--available-now", env=env)
+    first = ipcount_cli(settings, "run", "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
 
     # Killed after a task's own commit, before Spark's commit log records the batch; then
@@ -34,12 +33,12 @@ def test_each_task_commits_its_share_once_through_kills(
             settings,
             "run",
             "--available-now",
-            env={**env, "IPCOUNT_FAULTS": faults},
+            env={"IPCOUNT_FAULTS": faults},
             own_group=True,
         )
         assert killed.returncode != 0, (point, killed.stderr[-3000:])
 
-    final = ipcount_cli(settings, "run", "--available-now", "--close-all-windows", env=env)
+    final = ipcount_cli(settings, "run", "--available-now", "--close-all-windows")
     assert final.returncode == 0, final.stderr[-3000:]
     last = feed.verify(ipcount_cli, tmp_path)
     assert last.endswith("exact=true"), last

@@ -61,6 +61,16 @@ def _read(progress: list[dict[str, Any]], ip_count: int) -> dict[str, Any] | Non
     return data[ip_count] if len(data) > ip_count else None
 
 
+def _emitting(progress: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The batch that read the second input and the first batch after it with output rows."""
+    closing = _read(progress, 1)
+    if closing is None:
+        return None
+    after = [p for p in progress if p["batchId"] > closing["batchId"]]
+    emitting = next((p for p in after if int(p["sink"].get("numOutputRows", 0)) > 0), None)
+    return None if emitting is None else (closing, emitting)
+
+
 def _ts(p: dict[str, Any]) -> float:
     from datetime import datetime
 
@@ -83,11 +93,9 @@ def test_windows_are_emitted_right_after_the_batch_that_closed_them(spark, make_
         # 11 s closes [0 s, 5 s) (watermark delay 5 s).
         _produce(settings, [("10.0.0.3", 11_000)])
         _wait_for(query, lambda: _results(settings), "the first window's results")
-        progress = _progress(query)
-        closing = _read(progress, 1)
-        assert closing is not None
-        after = [p for p in progress if p["batchId"] > closing["batchId"]]
-        emitting = next(p for p in after if int(p["sink"].get("numOutputRows", 0)) > 0)
+        # Each sink task commits its share inside the batch, before Spark records the batch's
+        # progress: wait for that too.
+        closing, emitting = _wait_for(query, lambda: _emitting(_progress(query)), "its progress")
         assert emitting["batchId"] == closing["batchId"] + 1 and emitting["numInputRows"] == 0
         gap = _ts(emitting) - _ts(closing)
         # The emitting batch follows the closing one as soon as it ends, well inside the interval

@@ -62,15 +62,13 @@ def fence_predecessors(
         return
     workers = min(FENCE_CONCURRENCY, len(transactional_ids))
     with ThreadPoolExecutor(workers, thread_name_prefix="ipcount-fence") as pool:
-        errors = list(
+        # Raises the first failure in the order of the ids (the pool waits for the others).
+        list(
             pool.map(
                 lambda tid: _fence(producer_conf, tid, transaction_timeout_ms, deadline_seconds),
                 transactional_ids,
             )
         )
-    failed = next((e for e in errors if e is not None), None)
-    if failed is not None:
-        raise failed
     for tid in transactional_ids:
         # One line per id, in this form: chaos finds the counting query's id in the job's log.
         logger.info("transactional.id %s initialised: no transaction of a predecessor is open", tid)
@@ -78,7 +76,7 @@ def fence_predecessors(
 
 def _fence(
     producer_conf: dict[str, str], tid: str, transaction_timeout_ms: int, deadline_seconds: float
-) -> SinkError | None:
+) -> None:
     conf = {
         **producer_conf,
         "transactional.id": tid,
@@ -89,10 +87,7 @@ def _fence(
     try:
         producer.init_transactions(deadline_seconds)
     except KafkaException as exc:
-        error = SinkError(
+        raise SinkError(
             f"could not initialise transactional.id {tid!r} to end what a predecessor left "
             f"open: {describe_kafka_error(exc)}"
-        )
-        error.__cause__ = exc
-        return error
-    return None
+        ) from exc

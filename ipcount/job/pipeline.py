@@ -141,6 +141,20 @@ def preflight(settings: Settings) -> None:
     )
 
 
+def _sink_writer(
+    rows: DataFrame, name: str, checkpoint: str, options: dict[str, str]
+) -> DataStreamWriter:
+    """The query `name` writing `rows` through the transactional sink with `options`, in append
+    mode, its progress in `checkpoint`."""
+    return (
+        rows.writeStream.format("ipcount-kafka-txn")
+        .outputMode("append")
+        .queryName(name)
+        .option("checkpointLocation", checkpoint)
+        .options(**options)
+    )
+
+
 def _trigger(
     writer: DataStreamWriter, settings: Settings, mode: RunMode, paced: bool = False
 ) -> DataStreamWriter:
@@ -231,21 +245,18 @@ def start_job(
     source = spark.readStream.format("ipcount-kafka").options(**opts).load()
     counts = build_counts(_observe_quality(source), settings)
     late_topic = settings.topics.late if corrections else None
-    writer = (
-        counts.writeStream.format("ipcount-kafka-txn")
-        .outputMode("append")
-        .queryName(COUNTS_QUERY)
-        .option("checkpointLocation", checkpoint)
-        .options(
-            **sink_options(
-                settings,
-                query_id,
-                topic=settings.topics.sink,
-                late_topic=late_topic,
-                checkpoint=absolute_location(checkpoint),
-                run_id=run_id,
-            )
-        )
+    writer = _sink_writer(
+        counts,
+        COUNTS_QUERY,
+        checkpoint,
+        sink_options(
+            settings,
+            query_id,
+            topic=settings.topics.sink,
+            late_topic=late_topic,
+            checkpoint=absolute_location(checkpoint),
+            run_id=run_id,
+        ),
     )
     counts_query = _trigger(writer, settings, mode, paced=True).start()
     logger.info(
@@ -305,26 +316,23 @@ def _start_dead_letter(
     # record came from, over the checkpoint's shuffle partitions (not by how the source split the
     # batch's offsets, which follows the cores of the job that planned it).
     rejected = rejected.repartition(F.col("source"))
-    writer = (
-        rejected.writeStream.format("ipcount-kafka-txn")
-        .outputMode("append")
-        .queryName(DEAD_LETTER_QUERY)
-        .option("checkpointLocation", checkpoint)
-        .options(
-            **sink_options(
-                settings,
-                query_id,
-                topic=settings.topics.dead_letter,
-                mode="raw",
-                checkpoint=absolute_location(checkpoint),
-                run_id=run_id,
-                # A dead letter must be writable whatever the source held (one that cannot be
-                # produced would fail the transaction on every replay): the writer bounds its key,
-                # value and headers, and its headers say what was cut and where the whole is.
-                max_record_bytes=dead_letter_record_bytes(settings),
-                max_value_bytes=settings.job.dead_letter_max_bytes,
-            )
-        )
+    writer = _sink_writer(
+        rejected,
+        DEAD_LETTER_QUERY,
+        checkpoint,
+        sink_options(
+            settings,
+            query_id,
+            topic=settings.topics.dead_letter,
+            mode="raw",
+            checkpoint=absolute_location(checkpoint),
+            run_id=run_id,
+            # A dead letter must be writable whatever the source held (one that cannot be
+            # produced would fail the transaction on every replay): the writer bounds its key,
+            # value and headers, and its headers say what was cut and where the whole is.
+            max_record_bytes=dead_letter_record_bytes(settings),
+            max_value_bytes=settings.job.dead_letter_max_bytes,
+        ),
     )
     logger.info("started query %s -> %s", DEAD_LETTER_QUERY, settings.topics.dead_letter)
     return _trigger(writer, settings, mode).start()

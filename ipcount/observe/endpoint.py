@@ -5,10 +5,8 @@ the state store's files (ipcount_state_store_*, and /healthz's "degraded" when s
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -18,15 +16,10 @@ from ipcount.config import Settings
 from ipcount.observe.hosts import host_port
 from ipcount.observe.httpserve import HttpLimits, HttpServer, http_limits
 from ipcount.observe.metrics import JobMetrics, TopicPartition
-from ipcount.observe.state_store import (
-    SnapshotRule,
-    StateStoreFigures,
-    StateStorePoller,
-    list_local_state,
-)
+from ipcount.observe.state_store import StateStorePoller, state_store_poller
 from ipcount.queries import COUNTS_QUERY, DEAD_LETTER_QUERY
 
-__all__ = ["MetricsServer", "LagPoller", "Observability", "state_store_poller"]
+__all__ = ["MetricsServer", "LagPoller", "Observability"]
 
 logger = logging.getLogger(__name__)
 
@@ -223,34 +216,6 @@ class LagPoller:
             wanted = self.settings.job.starting_offsets.strip()
             self._start = reader.offsets(parts, "earliest") if wanted == "earliest" else dict(end)
         return self._start
-
-
-def _spark_seconds(text: str, default: float) -> float:
-    """A Spark time setting ("60s", "1m", "500ms", or bare milliseconds) in seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", text or "")
-    if m is None:
-        return default
-    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2) or "ms"]
-    return float(m.group(1)) * scale
-
-
-def state_store_poller(
-    settings: Settings, report: Callable[[StateStoreFigures, str], None]
-) -> StateStorePoller:
-    """The watch on the counting query's state store, with Spark's snapshot settings."""
-    conf = settings.spark.conf
-    deltas = conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")
-    maintenance = _spark_seconds(
-        conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s"), 60.0
-    )
-    rule = SnapshotRule.from_spark(int(deltas) if deltas.isdigit() else 10, maintenance)
-    checkpoint = settings.job.checkpoint_location
-    return StateStorePoller(
-        lambda: list_local_state(checkpoint),
-        rule,
-        report,
-        interval=min(30.0, max(1.0, maintenance)),
-    )
 
 
 def _checkpoint_positions(checkpoint: str) -> dict[TopicPartition, int] | None:

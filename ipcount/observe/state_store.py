@@ -18,8 +18,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ipcount.checkpoint.offset_log import local_path
+
+if TYPE_CHECKING:
+    from ipcount.config import Settings
 
 __all__ = [
     "StateFile",
@@ -29,6 +33,7 @@ __all__ = [
     "list_local_state",
     "snapshot_problem",
     "StateStorePoller",
+    "state_store_poller",
 ]
 
 logger = logging.getLogger(__name__)
@@ -214,3 +219,31 @@ class StateStorePoller:
                     return
             except Exception:  # the job goes on without these figures
                 logger.exception("could not read the state store's files")
+
+
+def _spark_seconds(text: str, default: float) -> float:
+    """A Spark time setting ("60s", "1m", "500ms", or bare milliseconds) in seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*", text or "")
+    if m is None:
+        return default
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2) or "ms"]
+    return float(m.group(1)) * scale
+
+
+def state_store_poller(
+    settings: Settings, report: Callable[[StateStoreFigures, str], None]
+) -> StateStorePoller:
+    """The watch on the counting query's state store, with Spark's snapshot settings."""
+    conf = settings.spark.conf
+    deltas = conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")
+    maintenance = _spark_seconds(
+        conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s"), 60.0
+    )
+    rule = SnapshotRule.from_spark(int(deltas) if deltas.isdigit() else 10, maintenance)
+    checkpoint = settings.job.checkpoint_location
+    return StateStorePoller(
+        lambda: list_local_state(checkpoint),
+        rule,
+        report,
+        interval=min(30.0, max(1.0, maintenance)),
+    )

@@ -2,8 +2,13 @@
 order in `ipcount --help`."""
 
 import argparse
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "HELP_ORDER",
@@ -11,6 +16,8 @@ __all__ = [
     "add_action_parser",
     "add_local_run_options",
     "add_no_late_option",
+    "options_flags",
+    "options_from",
 ]
 
 # `ipcount --help` lists the subcommands in this order: first tries, the job, reading its output,
@@ -31,6 +38,8 @@ HELP_ORDER = (
 
 # What `register` receives: the root parser's add_subparsers() (argparse keeps its class private).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+_Options = TypeVar("_Options", bound="DataclassInstance")
 
 
 def add_action_parser(
@@ -68,3 +77,25 @@ def add_local_run_options(
         action="store_true",
         help="use kafka.bootstrap_servers instead of starting a broker" + broker_note,
     )
+
+
+def options_flags(p: argparse.ArgumentParser) -> Callable[[str, str, type[Any], str], None]:
+    """`add(flag, field, kind, text)`: a flag of `p` that sets the field `field` of the command's
+    options dataclass (`ipcount chaos`, `ipcount soak`); left out, the field's default holds (see
+    options_from), so the dataclass alone says what the defaults are."""
+
+    def add(flag: str, field: str, kind: type[Any], text: str) -> None:
+        metavar = flag.removeprefix("--").upper().replace("-", "_")
+        p.add_argument(
+            flag, dest=field, metavar=metavar, type=kind, default=argparse.SUPPRESS, help=text
+        )
+
+    return add
+
+
+def options_from(args: argparse.Namespace, kind: type[_Options], **more: Any) -> _Options:
+    """The options dataclass `kind` with every field a flag gave (options_flags, and the local run
+    options) and `more`; the other fields keep their defaults."""
+    fields = dataclasses.fields(kind)
+    given = {f.name: getattr(args, f.name) for f in fields if hasattr(args, f.name)}
+    return kind(**given, **more)

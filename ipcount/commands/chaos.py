@@ -4,10 +4,8 @@ the sink's transaction) and restart the broker while data flows, then verify the
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
-from typing import Any
 
-from ipcount.commands import SubParsers, add_local_run_options
+from ipcount.commands import SubParsers, add_local_run_options, options_flags, options_from
 from ipcount.config import Settings
 
 __all__ = ["register", "run"]
@@ -32,13 +30,7 @@ def register(sub: SubParsers) -> None:
         description=_DESCRIPTION,
     )
 
-    def add(flag: str, field: str, kind: type[Any], text: str) -> None:
-        # Each flag sets the ChaosOptions field `field`; left out, the field's default holds.
-        metavar = flag.removeprefix("--").upper().replace("-", "_")
-        p.add_argument(
-            flag, dest=field, metavar=metavar, type=kind, default=argparse.SUPPRESS, help=text
-        )
-
+    add = options_flags(p)
     add("--records", "records", int, "records to generate (default 20000)")
     add(
         "--rate",
@@ -123,9 +115,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.chaos.plan import ChaosOptions
     from ipcount.chaos.runner import run_chaos
 
-    # The options given on the command line; the others keep ChaosOptions' defaults.
-    given = {f.name: getattr(args, f.name) for f in fields(ChaosOptions) if hasattr(args, f.name)}
-    options = ChaosOptions(**given)
+    options = options_from(args, ChaosOptions)
     report = run_chaos(
         settings, options, on_event=lambda ev: _say(f"fault {ev.line()}"), on_note=_say
     )

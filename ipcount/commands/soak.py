@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ipcount.commands import SubParsers, add_local_run_options
+from ipcount.commands import SubParsers, add_local_run_options, options_flags, options_from
 from ipcount.config import Settings
 
 __all__ = ["register", "run"]
@@ -31,17 +31,16 @@ def register(sub: SubParsers) -> None:
         help="run the job for a long time with periodic restarts; report figures per interval",
         description=_DESCRIPTION,
     )
-    p.add_argument("--duration", type=float, default=600.0, help="seconds of traffic (600)")
-    p.add_argument("--rate", type=float, default=2000.0, help="records per second (2000)")
-    p.add_argument(
-        "--restart-every", type=float, default=600.0, help="seconds between restarts (600; 0: none)"
+    add = options_flags(p)
+    add("--duration", "duration_seconds", float, "seconds of traffic (600)")
+    add("--rate", "rate", float, "records per second (2000)")
+    add(
+        "--restart-every", "restart_every_seconds", float, "seconds between restarts (600; 0: none)"
     )
-    p.add_argument("--report-every", type=float, default=600.0, help="seconds per line (600)")
-    p.add_argument("--ips", type=int, default=2000, help="distinct client IPs (2000)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the generated data (1)")
-    p.add_argument(
-        "--trigger-interval", type=float, default=1.0, help="job.trigger_interval_seconds (1)"
-    )
+    add("--report-every", "report_every_seconds", float, "seconds per line (600)")
+    add("--ips", "ips", int, "distinct client IPs (2000)")
+    add("--seed", "seed", int, "seed of the generated data (1)")
+    add("--trigger-interval", "trigger_interval_seconds", float, "job.trigger_interval_seconds (1)")
     add_local_run_options(p, "soak", "soak", "logs, ledger, checkpoint, samples.jsonl")
     p.set_defaults(func=run)
 
@@ -53,18 +52,7 @@ def _say(text: str) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from ipcount.soak.runner import SoakOptions, SoakRunner
 
-    options = SoakOptions(
-        work_dir=args.work_dir,
-        duration_seconds=args.duration,
-        rate=args.rate,
-        restart_every_seconds=args.restart_every,
-        report_every_seconds=args.report_every,
-        ips=args.ips,
-        seed=args.seed,
-        use_configured_broker=args.use_configured_broker,
-        trigger_interval_seconds=args.trigger_interval,
-        sets=tuple(getattr(args, "overrides", ()) or ()),
-    )
+    options = options_from(args, SoakOptions, sets=tuple(getattr(args, "overrides", ()) or ()))
     report = SoakRunner(
         settings, options, on_note=_say, on_sample=lambda s: _say(f"sample {s.line()}")
     ).run()

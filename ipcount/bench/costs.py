@@ -24,7 +24,7 @@ from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions, parse_options, source_options
-from ipcount.source.partition_reader import message_values, read_messages, values_array
+from ipcount.source.partition_reader import message_values, read_chunks, values_array
 
 if TYPE_CHECKING:
     from ipcount.config import Settings
@@ -119,7 +119,7 @@ def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> N
         return costs.seconds.get("value", 0.0) + costs.seconds.get("arrow", 0.0)
 
     proc0, thread0 = time.process_time(), time.thread_time()
-    chunks = read_messages(options, rng, convert=convert)
+    chunks = read_chunks(options, rng, convert)
     while True:
         t0, c0 = time.thread_time(), converting()
         array = next(chunks, None)

@@ -14,6 +14,7 @@ from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
 from ipcount.source.partition_reader import (
     chunk_values,
+    read_chunks,
     read_messages,
     records_batch,
 )
@@ -59,7 +60,7 @@ def read_task(
             def lost(n: int) -> None:
                 combiner.lost += n
 
-            for values in read_messages(options, rng, on_lost=lost, convert=chunk_values):
+            for values in read_chunks(options, rng, chunk_values, on_lost=lost):
                 combiner.add(values)
             result = combiner.result()
             if options.clean_range_markers and not (combiner.malformed or combiner.future):

@@ -8,7 +8,7 @@ import operator
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, TypeVar, cast, overload
+from typing import TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,7 @@ __all__ = [
     "BATCH_ROWS",
     "read_range",
     "read_messages",
+    "read_chunks",
     "records_batch",
     "heartbeat_batch",
     "message_values",
@@ -117,37 +118,31 @@ def read_range(
         yield records_batch(msgs, rng.topic, rng.partition, late_before_ms)
 
 
-@overload
-def read_messages(
-    options: SourceOptions,
-    rng: OffsetRange,
-    batch_rows: int = ...,
-    on_lost: Callable[[int], None] | None = ...,
-    convert: None = ...,
-) -> Iterator[list[Message]]: ...
-
-
-@overload
-def read_messages(
-    options: SourceOptions,
-    rng: OffsetRange,
-    batch_rows: int = ...,
-    on_lost: Callable[[int], None] | None = ...,
-    *,
-    convert: Callable[[list[Message]], _T],
-) -> Iterator[_T]: ...
-
-
 def read_messages(
     options: SourceOptions,
     rng: OffsetRange,
     batch_rows: int = BATCH_ROWS,
     on_lost: Callable[[int], None] | None = None,
-    convert: Callable[[list[Message]], Any] | None = None,
-) -> Iterator[Any]:
+) -> Iterator[list[Message]]:
+    """Read offsets [rng.start, rng.end) of one partition as chunks of Message objects: see
+    read_chunks, which this is without a conversion."""
+    return read_chunks(options, rng, _as_messages, batch_rows, on_lost)
+
+
+def _as_messages(msgs: list[Message]) -> list[Message]:
+    return msgs
+
+
+def read_chunks(
+    options: SourceOptions,
+    rng: OffsetRange,
+    convert: Callable[[list[Message]], _T],
+    batch_rows: int = BATCH_ROWS,
+    on_lost: Callable[[int], None] | None = None,
+) -> Iterator[_T]:
     """Read offsets [rng.start, rng.end) of one partition in chunks of at most `batch_rows`
     records and options.max_bytes_per_batch value bytes (a larger record: a chunk alone); each
-    chunk as `convert` turns it (e.g. `chunk_values`), else as its Message objects.
+    chunk as `convert` turns it (e.g. `chunk_values`).
 
     Reads until the consumer's position reaches rng.end: control records and aborted records
     occupy offsets but are never returned, so counting records would wait forever. Offsets of
@@ -168,9 +163,10 @@ def read_messages(
             # while `convert` turns it into what the caller keeps; then they are freed before the
             # collector resumes, which never walks them (it did: 0.25 us per record).
             with gc_paused():
-                chunks = _next_batch(consumer, options, rng, batch_rows, state)
-                if convert is not None:
-                    chunks = [convert(chunk) for chunk in chunks]
+                chunks = [
+                    convert(chunk)
+                    for chunk in _next_batch(consumer, options, rng, batch_rows, state)
+                ]
             yield from chunks
     finally:
         consumer.close()
@@ -198,7 +194,7 @@ def values_array(values: list[bytes | None]) -> pa.Array:
 
 
 def chunk_values(msgs: list[Message]) -> pa.Array:
-    """A chunk's values as an Arrow binary array: `read_messages`' convert for the counting."""
+    """A chunk's values as an Arrow binary array: `read_chunks`' convert for the counting."""
     return values_array(message_values(msgs))
 
 

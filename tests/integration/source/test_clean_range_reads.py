@@ -11,7 +11,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Message
 
 from ipcount.formats.accesslog import format_record
 from ipcount.source import counting_task
@@ -25,22 +24,25 @@ N = 400
 
 
 class _Fetched:
-    """Counts the records the read tasks fetch from Kafka (the real read underneath)."""
+    """Counts the records the read tasks fetch from Kafka (the real reads underneath: chunks the
+    counting converts, messages the dead letters judge)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.records = 0
         self.reads = 0
-        real = counting_task.read_messages
+        for name in ("read_chunks", "read_messages"):
+            monkeypatch.setattr(counting_task, name, self._counted(getattr(counting_task, name)))
 
+    def _counted(self, real: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
         def counting(
-            options: SourceOptions, rng: OffsetRange, **kwargs: Any
-        ) -> Iterator[list[Message]]:
+            options: SourceOptions, rng: OffsetRange, *args: Any, **kwargs: Any
+        ) -> Iterator[Any]:
             self.reads += 1
-            for msgs in real(options, rng, **kwargs):
-                self.records += len(msgs)
-                yield msgs
+            for chunk in real(options, rng, *args, **kwargs):
+                self.records += len(chunk)
+                yield chunk
 
-        monkeypatch.setattr(counting_task, "read_messages", counting)
+        return counting
 
 
 def _reader(bootstrap: str, topic: str, output: str, tmp: Path) -> KafkaStreamReader:

@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 from typing import IO, Any
 
-__all__ = ["configure", "make_handler", "JsonFormatter", "FORMATS"]
+__all__ = ["configure", "configure_worker", "current", "make_handler", "JsonFormatter", "FORMATS"]
 
 _FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
 FORMATS = ("text", "json")
@@ -78,3 +78,24 @@ def configure(level: str | int | None = None, log_format: str | None = None) -> 
     root.setLevel(chosen)
     # py4j logs every gateway call at INFO/DEBUG: keep it quiet.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def current() -> tuple[str, str]:
+    """This process's level (of the `ipcount` loggers) and format, as `configure` set them: what
+    a Spark Python worker of the job is given (`configure_worker`)."""
+    level = logging.getLevelName(logging.getLogger("ipcount").getEffectiveLevel())
+    mine = [h for h in logging.getLogger().handlers if getattr(h, "_ipcount", False)]
+    fmt = "json" if mine and isinstance(mine[0].formatter, JsonFormatter) else "text"
+    return str(level), fmt
+
+
+def configure_worker(level: str, log_format: str) -> None:
+    """Configure logging once in a Spark Python worker, at the job's level and format (`current`
+    in the driver): its stderr reaches the executor's log (local mode: the job's own stderr). A
+    worker is reused across tasks; later calls change nothing."""
+    if any(getattr(h, "_ipcount", False) for h in logging.getLogger().handlers):
+        return
+    try:
+        configure(level, log_format)
+    except ValueError:
+        configure("INFO", "text")

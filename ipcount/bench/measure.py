@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not 
 
     from ipcount.bench.job_launcher import JobRun
     from ipcount.bench.report import PhaseTotals, StageTotals
+    from ipcount.bench.sink_share import SinkShare
     from ipcount.bench.workspace import BenchEnv
     from ipcount.config import Settings
     from ipcount.verify.ledger import Ledger
@@ -107,6 +108,8 @@ class RunFigures:
     phases: PhaseTotals
     stages: StageTotals
     settings: Settings
+    # The sink tasks' share: results through the driver (0), the slowest task per batch.
+    sink: SinkShare | None = None
 
     @property
     def seconds(self) -> float:
@@ -147,6 +150,7 @@ def measure_run(
     """Run the job once over the pre-loaded source (fresh sink and checkpoint), then verify."""
     from ipcount.bench.job_launcher import run_job_child
     from ipcount.bench.report import StageTotals, event_log_conf, phase_totals, stage_totals
+    from ipcount.bench.sink_share import sink_share
     from ipcount.bench.workspace import verify_run
     from ipcount.kafka.topics import ensure_topics
 
@@ -161,7 +165,7 @@ def measure_run(
     stages = stage_totals(events_dir) if event_log else StageTotals()
     return RunFigures(
         name, records, report.results, report.exact, report.summary(), job,
-        phase_totals(job.progress), stages, settings,
+        phase_totals(job.progress), stages, settings, sink_share(settings, report.records, job.log),
     )  # fmt: skip
 
 

@@ -78,6 +78,8 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"commit={ph.state_commit:.1f} rows_peak={ph.state_rows_peak} "
         f"memory_peak_MB={ph.state_memory_peak / 2**20:.0f} dropped_rows={ph.dropped_rows}"
     )
+    if fig.sink is not None:
+        lines.append(fig.sink.line())
     m = job.memory
     lines.append(
         f"bench: peak_rss_MB jvm={fmt_mb(m.jvm)} python_driver={fmt_mb(m.driver)} "

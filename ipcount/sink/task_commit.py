@@ -38,6 +38,8 @@ class TaskCommitReport(WriterCommitMessage):
     late_records: int = 0
     # How long the task's commit took (its transaction, or finding the batch committed).
     seconds: float = 0.0
+    # How long the task took to encode its rows before (Arrow batches -> Kafka records).
+    encode_seconds: float = 0.0
 
 
 def task_config(config: TxnConfig, sink_partition: int) -> TxnConfig:
@@ -51,7 +53,9 @@ def task_config(config: TxnConfig, sink_partition: int) -> TxnConfig:
     )
 
 
-def commit_task(config: TxnConfig, ctx: _TaskContext, records: list[Record]) -> TaskCommitReport:
+def commit_task(
+    config: TxnConfig, ctx: _TaskContext, records: list[Record], *, encode_seconds: float = 0.0
+) -> TaskCommitReport:
     """Commit this task's records (and its marker) in one transaction of its own; a task whose
     partition committed the batch already writes nothing. Runs on the executor.
 
@@ -71,9 +75,16 @@ def commit_task(config: TxnConfig, ctx: _TaskContext, records: list[Record]) -> 
     marker = session.last_marker
     if outcome.status == "empty" or marker is None or marker.batch_id != outcome.batch_id:
         # Nothing of this batch in the partition's own marker (skipped by the query's marker).
-        return TaskCommitReport(partition, outcome.status, seconds=outcome.seconds)
+        return TaskCommitReport(
+            partition, outcome.status, seconds=outcome.seconds, encode_seconds=encode_seconds
+        )
     return TaskCommitReport(
-        partition, outcome.status, marker.records, marker.late_records or 0, outcome.seconds
+        partition,
+        outcome.status,
+        marker.records,
+        marker.late_records or 0,
+        outcome.seconds,
+        encode_seconds,
     )
 
 
@@ -83,15 +94,27 @@ def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tupl
     done = [r for r in reports if isinstance(r, TaskCommitReport)]
     written = sum(r.records for r in done), sum(r.late_records for r in done)
     if done:
+        slowest = max(done, key=lambda r: r.encode_seconds + r.seconds)
         logger.info(
             "batch %d: %d sink task(s) wrote %d records (+%d corrections) in their own "
-            "transactions (%s; slowest commit %.3fs)",
+            "transactions (%s; slowest task: encode %.3fs, commit %.3fs)",
             batch_id,
             len(done),
             written[0],
             written[1],
             ", ".join(f"{r.partition_id}: {r.status}" for r in sorted(done, key=_partition_id)),
-            max(r.seconds for r in done),
+            slowest.encode_seconds,
+            slowest.seconds,
+            extra={
+                "fields": {
+                    "batch": batch_id,
+                    "tasks": len(done),
+                    "records": written[0],
+                    "corrections": written[1],
+                    "slowest_encode_s": round(slowest.encode_seconds, 3),
+                    "slowest_commit_s": round(slowest.seconds, 3),
+                }
+            },
         )
     return written
 

@@ -5,6 +5,7 @@ commit() records the batch in the query's marker from the counts the tasks repor
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ipcount import logsetup
 from ipcount.config import Settings, SinkSettings
 from ipcount.errors import ConfigError, SinkError
 from ipcount.formats.avro import KEY_FIELD, RECORD_FIELDS, WIRE_FORMATS, make_codec
@@ -33,6 +35,8 @@ MODE, WIRE_FORMAT, SCHEMA_REGISTRY_URL = "mode", "wireFormat", "schemaRegistryUr
 TRANSACTION_TIMEOUT_MS, RETRY_DEADLINE_SECONDS = "transactionTimeoutMs", "retryDeadlineSeconds"
 QUERY_CHECKPOINT = "queryCheckpoint"
 MAX_RECORD_BYTES, MAX_VALUE_BYTES = "maxRecordBytes", "maxValueBytes"
+# The job's log level and format (logsetup.current): the sink's Python workers log at them.
+LOG_LEVEL, LOG_FORMAT = "logLevel", "logFormat"
 
 # The Spark types a counts-mode column may have, by the Avro type of its IpCount field.
 _SPARK_TYPES: dict[str, tuple[type[T.DataType], ...]] = {
@@ -95,6 +99,7 @@ def sink_options(
         SCHEMA_REGISTRY_URL: s.schema_registry_url,
         "kafka.bootstrap.servers": k.bootstrap_servers,
     }
+    opts[LOG_LEVEL], opts[LOG_FORMAT] = logsetup.current()
     if late_topic:
         opts[LATE_TOPIC] = late_topic
     if checkpoint:
@@ -120,7 +125,8 @@ class KafkaTxnDataSource(DataSource):
     ipcount-<queryId>); maxRecordBytes, maxValueBytes (raw mode: every record is bounded to fit,
     see sink.dead_letters),
     transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
-    ('counts' | 'raw'); kafka.<key> (producer and consumer), kafka.producer.<key>,
+    ('counts' | 'raw'); logLevel, logFormat (the sink's Python workers log at the job's level and
+    format: each batch's line of what its tasks wrote, sink.task_commit); kafka.<key> (producer and consumer), kafka.producer.<key>,
     kafka.consumer.<key> (librdkafka settings).
     """
 
@@ -167,6 +173,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
                 f"{', '.join(WIRE_FORMATS)}, got {self.wire_format!r}"
             )
         self.schema_registry_url = get(SCHEMA_REGISTRY_URL)
+        self.log = (get(LOG_LEVEL, "INFO"), get(LOG_FORMAT, "text"))
         if self.wire_format == "confluent" and not self.schema_registry_url:
             raise ConfigError(
                 "sink.schema_registry_url (option 'schemaRegistryUrl') must be set for "
@@ -230,12 +237,15 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         freeze_long_lived()
+        logsetup.configure_worker(*self.log)
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkError("ipcount-kafka-txn sink: write() ran outside a Spark task")
         records: list[Record] = []
+        started = time.perf_counter()
         self._encode(iterator, records)
-        return commit_task(self.task_config, ctx, records)
+        encoded = time.perf_counter() - started
+        return commit_task(self.task_config, ctx, records, encode_seconds=encoded)
 
     def _encode(self, iterator: Iterator[Any], records: list[Record]) -> None:
         """Every row of the task, encoded into `records` (the whole iterator is consumed: the
@@ -293,6 +303,7 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Record the batch in the query's marker, counting what the tasks committed (its
         transaction holds the marker only: no result passes through the driver)."""
+        logsetup.configure_worker(*self.log)
         written = written_by(batchId, messages)
         session_for(self.config).commit_batch(batchId, [], written=written)
 

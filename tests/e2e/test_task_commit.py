@@ -4,6 +4,8 @@ wrote and the query's marker sums them."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ipcount.chaos.processes import last_committed_batch
@@ -22,6 +24,14 @@ def test_each_task_commits_its_share_once_through_kills(
     feed.round(0, 20)
     first = ipcount_cli(settings, "run", "--available-now")
     assert first.returncode == 0, first.stderr[-3000:]
+    # The job's log says, per batch, what its sink tasks wrote and how long the slowest took
+    # (logged where the driver's commit runs: one of Spark's Python workers).
+    lines = re.findall(
+        r"batch (\d+): (\d+) sink task\(s\) wrote (\d+) records .*slowest task: encode "
+        r"[0-9.]+s, commit [0-9.]+s",
+        first.stderr,
+    )
+    assert lines and sum(int(n) for _, _, n in lines) > 0, first.stderr[-3000:]
 
     # Killed after a task's own commit, before Spark's commit log records the batch; then
     # killed inside a task's open transaction.

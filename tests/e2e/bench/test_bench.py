@@ -48,6 +48,15 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
         r"^bench: addBatch_s=\S+ map_stages_s=\d+\.\d .* driver_after_jobs_s=\d", text, re.M
     ), text
     assert re.search(r"^bench: peak_rss_MB jvm=[1-9]\d* python_driver=[1-9]", text, re.M), text
+    # No result passes through the driver: every sink record is counted by a sink task's marker.
+    sink = re.search(
+        r"^bench: sink results_through_driver=0 \(sink records (\d+), of which the sink tasks' "
+        r"own markers count (\d+)\) slowest_task_s encode=\d+\.\d commit=\d+\.\d "
+        r"worst_batch=\d+\.\d\d over ([1-9]\d*) batches",
+        text,
+        re.M,
+    )
+    assert sink and sink[1] == sink[2] == results, text
     # A given --bootstrap broker is not ours to sample: its CPU is reported as unknown.
     assert re.search(r"^bench: cpu_s jvm=[1-9].* broker=- ", text, re.M), text
     # Cores busy while the data batch ran, from the machine's CPU (the broker's unknown here).

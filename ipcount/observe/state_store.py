@@ -6,7 +6,8 @@ snapshot (`<version>.zip` and SST files); once a snapshot exists, older versions
 Spark retains are purged. When a snapshot upload fails, Spark only logs "Ignoring error while
 performing snapshot maintenance": the changelog then grows without bound and every restart replays
 it all. This module reads the checkpoint's `state/` directory, so the job can export what it holds
-and say on /healthz when snapshots have stopped. Pure functions plus one polling thread.
+and say on /healthz when snapshots have stopped. Pure functions plus one polling thread, set up
+from Spark's snapshot settings by state_store_poller.
 """
 
 from __future__ import annotations

@@ -5,10 +5,7 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar
 
 __all__ = [
     "HELP_ORDER",
@@ -39,7 +36,13 @@ HELP_ORDER = (
 # What `register` receives: the root parser's add_subparsers() (argparse keeps its class private).
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-_Options = TypeVar("_Options", bound="DataclassInstance")
+
+# Any dataclass (what dataclasses.fields takes; typeshed's DataclassInstance, not a package).
+class _Dataclass(Protocol):
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+_Options = TypeVar("_Options", bound=_Dataclass)
 
 
 def add_action_parser(

@@ -1,7 +1,8 @@
 """What the sink's tasks did in a measured run, from the run's own topics and job log (bench
 process side): the results that passed through the driver (the sink topic's records less those
 the sink tasks' markers count, committed in the same transactions: 0 by design) and, per batch,
-the slowest sink task's encode and commit time (the line sink.task_commit logs per batch)."""
+the slowest sink task's time to receive and encode its rows (the state store's work included:
+rows come as they are computed) and its commit (the line sink.task_commit logs per batch)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ __all__ = ["SinkShare", "sink_share", "task_marker_records", "task_times"]
 # sink.task_commit.written_by's line (text log format).
 _LINE = re.compile(
     r"batch (?P<batch>\d+): (?P<tasks>\d+) sink task\(s\) wrote (?P<records>\d+) records .*"
-    r"slowest task: encode (?P<encode>[0-9.]+)s, commit (?P<commit>[0-9.]+)s"
+    r"slowest task: rows and encoding (?P<encode>[0-9.]+)s, commit (?P<commit>[0-9.]+)s"
 )
 
 
@@ -46,7 +47,7 @@ class SinkShare:
         return (
             f"bench: sink results_through_driver={self.through_driver} (sink records "
             f"{self.sink_records}, of which the sink tasks' own markers count "
-            f"{self.task_records}) slowest_task_s encode={self.encode_s:.1f} "
+            f"{self.task_records}) slowest_task_s rows_and_encoding={self.encode_s:.1f} "
             f"commit={self.commit_s:.1f} worst_batch={self.worst_batch_s:.2f} over "
             f"{self.batches} batches (per batch the slowest sink task, from the job log)"
         )

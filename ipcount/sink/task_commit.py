@@ -38,7 +38,8 @@ class TaskCommitReport(WriterCommitMessage):
     late_records: int = 0
     # How long the task's commit took (its transaction, or finding the batch committed).
     seconds: float = 0.0
-    # How long the task took to encode its rows before (Arrow batches -> Kafka records).
+    # How long the task took to receive and encode its rows (Arrow batches -> Kafka records);
+    # the rows come as the stage above computes them (the state store's updates and removals).
     encode_seconds: float = 0.0
 
 
@@ -97,7 +98,7 @@ def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tupl
         slowest = max(done, key=lambda r: r.encode_seconds + r.seconds)
         logger.info(
             "batch %d: %d sink task(s) wrote %d records (+%d corrections) in their own "
-            "transactions (%s; slowest task: encode %.3fs, commit %.3fs)",
+            "transactions (%s; slowest task: rows and encoding %.3fs, commit %.3fs)",
             batch_id,
             len(done),
             written[0],
@@ -111,7 +112,7 @@ def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tupl
                     "tasks": len(done),
                     "records": written[0],
                     "corrections": written[1],
-                    "slowest_encode_s": round(slowest.encode_seconds, 3),
+                    "slowest_rows_encode_s": round(slowest.encode_seconds, 3),
                     "slowest_commit_s": round(slowest.seconds, 3),
                 }
             },

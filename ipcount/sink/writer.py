@@ -126,8 +126,8 @@ class KafkaTxnDataSource(DataSource):
     see sink.dead_letters),
     transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
     ('counts' | 'raw'); logLevel, logFormat (the sink's Python workers log at the job's level and
-    format: each batch's line of what its tasks wrote, sink.task_commit); kafka.<key> (producer and consumer), kafka.producer.<key>,
-    kafka.consumer.<key> (librdkafka settings).
+    format: each batch's line of what its tasks wrote, sink.task_commit); kafka.<key> (producer
+    and consumer), kafka.producer.<key>, kafka.consumer.<key> (librdkafka settings).
     """
 
     @classmethod

@@ -27,7 +27,7 @@ def test_each_task_commits_its_share_once_through_kills(
     # The job's log says, per batch, what its sink tasks wrote and how long the slowest took
     # (logged where the driver's commit runs: one of Spark's Python workers).
     lines = re.findall(
-        r"batch (\d+): (\d+) sink task\(s\) wrote (\d+) records .*slowest task: encode "
+        r"batch (\d+): (\d+) sink task\(s\) wrote (\d+) records .*slowest task: rows and encoding "
         r"[0-9.]+s, commit [0-9.]+s",
         first.stderr,
     )

@@ -51,7 +51,7 @@ def test_bench_prints_exact_final_line(bootstrap: str) -> None:
     # No result passes through the driver: every sink record is counted by a sink task's marker.
     sink = re.search(
         r"^bench: sink results_through_driver=0 \(sink records (\d+), of which the sink tasks' "
-        r"own markers count (\d+)\) slowest_task_s encode=\d+\.\d commit=\d+\.\d "
+        r"own markers count (\d+)\) slowest_task_s rows_and_encoding=\d+\.\d commit=\d+\.\d "
         r"worst_batch=\d+\.\d\d over ([1-9]\d*) batches",
         text,
         re.M,

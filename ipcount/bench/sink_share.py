@@ -15,7 +15,7 @@ from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.runs import RUN_SUFFIX
 
-__all__ = ["SinkShare", "sink_share", "task_marker_records", "task_times"]
+__all__ = ["SinkShare", "TaskTimes", "sink_share", "task_marker_records", "task_times"]
 
 # sink.task_commit.written_by's line (text log format).
 _LINE = re.compile(
@@ -25,18 +25,24 @@ _LINE = re.compile(
 
 
 @dataclass(frozen=True)
-class SinkShare:
-    """The sink tasks' share of a run."""
+class TaskTimes:
+    """The slowest sink task of each batch the job log has a line for: its seconds summed over
+    those batches, and the largest (rows and encoding + commit) of one batch."""
 
-    # Results on the sink topic, and those counted by the sink tasks' own markers.
-    sink_records: int
-    task_records: int
-    # Batches whose sink line the job log has; the slowest task's seconds, summed over them, and
-    # the largest (encode + commit) of one batch.
     batches: int = 0
-    encode_s: float = 0.0
+    rows_and_encoding_s: float = 0.0
     commit_s: float = 0.0
     worst_batch_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SinkShare:
+    """The sink tasks' share of a run: results on the sink topic, those the sink tasks' own
+    markers count, and the tasks' times."""
+
+    sink_records: int
+    task_records: int
+    times: TaskTimes = TaskTimes()
 
     @property
     def through_driver(self) -> int:
@@ -44,12 +50,13 @@ class SinkShare:
         return self.sink_records - self.task_records
 
     def line(self) -> str:
+        t = self.times
         return (
             f"bench: sink results_through_driver={self.through_driver} (sink records "
             f"{self.sink_records}, of which the sink tasks' own markers count "
-            f"{self.task_records}) slowest_task_s rows_and_encoding={self.encode_s:.1f} "
-            f"commit={self.commit_s:.1f} worst_batch={self.worst_batch_s:.2f} over "
-            f"{self.batches} batches (per batch the slowest sink task, from the job log)"
+            f"{self.task_records}) slowest_task_s rows_and_encoding={t.rows_and_encoding_s:.1f} "
+            f"commit={t.commit_s:.1f} worst_batch={t.worst_batch_s:.2f} over {t.batches} "
+            "batches (per batch the slowest sink task, from the job log)"
         )
 
 
@@ -72,14 +79,13 @@ def task_marker_records(settings: Settings, deadline_seconds: float = 60.0) -> i
     return total
 
 
-def task_times(log_text: str) -> tuple[int, float, float, float]:
-    """(batches, encode seconds, commit seconds, worst batch seconds) of the slowest sink task of
-    each batch the log has a line for."""
+def task_times(log_text: str) -> TaskTimes:
+    """The slowest sink task's times of each batch the log has a line for."""
     batches, encode, commit, worst = 0, 0.0, 0.0, 0.0
     for m in _LINE.finditer(log_text):
         e, c = float(m["encode"]), float(m["commit"])
         batches, encode, commit, worst = batches + 1, encode + e, commit + c, max(worst, e + c)
-    return batches, encode, commit, worst
+    return TaskTimes(batches, encode, commit, worst)
 
 
 def sink_share(settings: Settings, sink_records: int, log: Path) -> SinkShare:
@@ -88,5 +94,4 @@ def sink_share(settings: Settings, sink_records: int, log: Path) -> SinkShare:
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
-    batches, encode, commit, worst = task_times(text)
-    return SinkShare(sink_records, task_marker_records(settings), batches, encode, commit, worst)
+    return SinkShare(sink_records, task_marker_records(settings), task_times(text))

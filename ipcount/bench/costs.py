@@ -36,7 +36,7 @@ COST_ROWS = (
     ("fetch", "librdkafka fetch (its own threads)",
      "the process's CPU less the task thread's while it read: fetch, decompress, queue"),
     ("consume", "consume(): Message objects",
-     "read_messages in the task's thread less the two rows below: consume(), one Message each"),
+     "read_chunks in the task's thread less the two rows below: consume(), one Message each"),
     ("value", ".value() of each message", "partition_reader.message_values"),
     ("arrow", "Arrow binary array", "partition_reader.values_array"),
     ("decode", "UTF-8 check", "null mask, cast to string (Arrow validates UTF-8)"),

@@ -16,9 +16,11 @@ import sys
 import sysconfig
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import pytest
 from confluent_kafka import Producer
 
 from ipcount.childproc import session_processes
@@ -76,12 +78,19 @@ def _spark_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
-def _two_workers(tmp_path: Path) -> StandaloneCluster:
-    """A started master and two workers of one core each."""
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A started master and two workers of one core each, shared by this module's tests (each
+    runs its own applications on it, each application its own executors and event log): the
+    cluster's three JVMs start once, not once per test."""
     cluster = StandaloneCluster(
-        tmp_path / "cluster", workers=2, cores=1, memory="1g", conf_dir=ROOT / "conf"
+        tmp_path_factory.mktemp("cluster"), workers=2, cores=1, memory="1g", conf_dir=ROOT / "conf"
     )
-    return cluster.start()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _start(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -90,6 +99,16 @@ def _start(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> subproc
         return subprocess.Popen(
             cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+
+def _stop_left(runs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL the process group of every run still going (a failed test's driver): nothing of
+    one test keeps the shared cluster's cores from the next."""
+    for proc in runs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _finish(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> str:
@@ -185,7 +204,9 @@ def _check_ran_on_workers(events: list[dict], cluster: StandaloneCluster) -> dic
     return dict(tasks)
 
 
-def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_job_on_standalone_cluster_both_shipping_routes(  # type: ignore[no-untyped-def]
+    make_settings, tmp_path: Path, two_workers: StandaloneCluster
+) -> None:
     started = time.monotonic()
     settings = make_settings()
     ensure_topics(settings)
@@ -223,8 +244,8 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
         "--conf", f"spark.eventLog.dir=file://{events}",
     ]  # fmt: skip
     env = _spark_env(settings)
-    cluster = _two_workers(tmp_path)
-    print(f"cluster up after {time.monotonic() - started:.1f}s")
+    cluster = two_workers
+    started_runs: list[subprocess.Popen[bytes]] = []
     try:
         # 1. Installed on every node (same interpreter path), through the container entry point,
         # running continuously until every window of the first round is committed; then SIGTERM,
@@ -243,6 +264,7 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
             tmp_path,
             tmp_path / "first.log",
         )
+        started_runs.append(job)
         deadline = time.monotonic() + RUN_TIMEOUT
         while _committed_results(settings) < len(ledger.counts):
             assert job.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
@@ -272,11 +294,12 @@ def test_job_on_standalone_cluster_both_shipping_routes(make_settings, tmp_path:
             tmp_path,
             tmp_path / "second.log",
         )
+        started_runs.append(second)
         _finish(second, tmp_path / "second.log", RUN_TIMEOUT)
         second_app = _app_ids(events) - first_app
         print(f"--py-files route done after {time.monotonic() - started:.1f}s")
     finally:
-        cluster.stop()
+        _stop_left(started_runs)
 
     last = _verify(env, ledger, tmp_path)
     assert last.endswith("missing=0 duplicates=0 wrong=0 exact=true"), last
@@ -328,7 +351,7 @@ def _batches(checkpoint: Path, log: str) -> int:
 
 
 def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ignore[no-untyped-def]
-    make_settings, tmp_path: Path
+    make_settings, tmp_path: Path, two_workers: StandaloneCluster
 ) -> None:
     """Five SIGKILLs of one worker's executor (its JVM and Python workers) at random moments of a
     running micro-batch, then a SIGKILL of a whole worker (restarted after), while records flow:
@@ -345,9 +368,10 @@ def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ig
         IPCOUNT_JOB_TRIGGER_INTERVAL_SECONDS="1",
         IPCOUNT_JOB_RESTART_DELAY_SECONDS="2",
     )
-    cluster = _two_workers(tmp_path)
+    cluster = two_workers
     log = tmp_path / "job.log"
     lines = []
+    job: subprocess.Popen[bytes] | None = None
     try:
         _produce(settings, ledger, 0, 2_000)
         # Through the container entry point, which hands SIGTERM to the Python driver (a plain
@@ -411,7 +435,8 @@ def test_executor_and_worker_kills_cost_task_retries_and_stay_exact(  # type: ig
         job.send_signal(signal.SIGTERM)
         _finish(job, log, 90)
     finally:
-        cluster.stop()
+        if job is not None:
+            _stop_left([job])
         print("\n".join(lines))
     summary = _verify(env, ledger, tmp_path)
     assert summary.endswith("exact=true"), summary

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from confluent_kafka import Message
 
-from ipcount.bench.measure import RunFigures, fmt_num, measure_run, plan_preload, spark_pairs
+from ipcount.bench.measure import RunFigures, RunKnobs, fmt_num, measure_run, plan_preload
 from ipcount.bench.workspace import bench_env
 from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
@@ -232,7 +232,7 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
     `say`."""
     from ipcount.verify.ledger import Ledger
 
-    spark_conf = spark_pairs(args.spark_conf)
+    knobs = RunKnobs.from_args(args)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
         plan = plan_preload(env, "costs", args)
         src = plan.settings
@@ -260,9 +260,8 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
         if args.no_job:
             return 0
         fig = measure_run(
-            env, plan.overrides, "costs", args.records, Ledger.load(ledger_path),
-            spark_conf=spark_conf, event_log=not args.no_event_log, timeout=args.timeout,
-        )  # fmt: skip
+            env, plan.overrides, "costs", args.records, Ledger.load(ledger_path), knobs
+        )
         for line in _jvm_rows(fig):
             say(line)
         say(f"costs: the job over the same records: {fig.seconds:.2f} s; verify {fig.verify}")

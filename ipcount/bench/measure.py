@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not 
 __all__ = [
     "PreloadPlan",
     "RunFigures",
+    "RunKnobs",
     "measure_run",
     "plan_preload",
     "synth_spec",
@@ -135,17 +136,34 @@ class RunFigures:
         return self.job.memory.cpu_jvm * 1e6 / self.records if self.records > 0 else None
 
 
+@dataclass(frozen=True)
+class RunKnobs:
+    """How a benchmark starts each measured run of the job: its `--spark-conf` pairs, whether
+    Spark's event log is written (the stage figures; `--no-event-log`), and `--timeout`."""
+
+    spark_conf: dict[str, str]
+    event_log: bool = True
+    timeout: float = 3600.0
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> RunKnobs:
+        """The knobs of a benchmark's command line (checked before anything starts).
+
+        Raises:
+            ConfigError: a --spark-conf item is not KEY=VALUE.
+        """
+        return RunKnobs(spark_pairs(args.spark_conf), not args.no_event_log, args.timeout)
+
+
 def measure_run(
     env: BenchEnv,
     overrides: list[str],
     name: str,
     records: int,
     ledger: Ledger,
+    knobs: RunKnobs,
     *,
-    spark_conf: dict[str, str] | None = None,
     child_env: dict[str, str] | None = None,
-    event_log: bool = True,
-    timeout: float = 3600.0,
 ) -> RunFigures:
     """Run the job once over the pre-loaded source (fresh sink and checkpoint), then verify."""
     from ipcount.bench.job_launcher import run_job_child
@@ -156,13 +174,15 @@ def measure_run(
 
     settings, overrides = env.with_sink(overrides, name)
     ensure_topics(settings)
-    conf = dict(spark_conf or {})
+    conf = dict(knobs.spark_conf)
     events_dir = env.workdir / f"events-{name}-{time.monotonic_ns()}"
-    if event_log:
+    if knobs.event_log:
         conf.update(event_log_conf(events_dir))
-    job = run_job_child(env, overrides, name, spark_conf=conf, timeout=timeout, extra_env=child_env)
+    job = run_job_child(
+        env, overrides, name, spark_conf=conf, timeout=knobs.timeout, extra_env=child_env
+    )
     report = verify_run(settings, ledger)
-    stages = stage_totals(events_dir) if event_log else StageTotals()
+    stages = stage_totals(events_dir) if knobs.event_log else StageTotals()
     return RunFigures(
         name, records, report.results, report.exact, report.summary(), job,
         phase_totals(job.progress), stages, settings, sink_share(settings, report.records, job.log),

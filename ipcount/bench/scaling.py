@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from ipcount.bench.measure import (
     RunFigures,
+    RunKnobs,
     final_line,
     fmt_num,
     measure_run,
     plan_preload,
-    spark_pairs,
 )
 from ipcount.bench.options import Say
 from ipcount.errors import ConfigError
@@ -167,7 +167,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
         return 0
     if args.repeat < 1:
         raise ConfigError("--repeat must be at least 1")
-    spark_conf = spark_pairs(args.spark_conf)
+    knobs = RunKnobs.from_args(args)
     rows: list[_Row] = []
     # noida-db re-persists everything it holds after writes, so its CPU (taken from the job's two
     # cores) grows with every topic loaded: measured 20 -> 68 CPU-s per 1M-record cell over one
@@ -203,9 +203,7 @@ def run_scaling(args: argparse.Namespace, settings: Settings, say: Say) -> int:
                             sources[shape] = source
                     fig = measure_run(
                         env, [*source.overrides, *cell.settings], f"{cell.name}-{rep}",
-                        args.records, source.ledger, spark_conf=spark_conf,
-                        child_env=dict(cell.env), event_log=not args.no_event_log,
-                        timeout=args.timeout,
+                        args.records, source.ledger, knobs, child_env=dict(cell.env),
                     )  # fmt: skip
                 rows.append(_Row(cell, fig, shape))
                 say(f"bench scaling: [{cell.name} #{rep + 1}] {final_line(fig)}")

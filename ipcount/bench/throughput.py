@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from ipcount.bench.measure import (
     RunFigures,
+    RunKnobs,
     final_line,
     fmt_num,
     measure_run,
     plan_preload,
-    spark_pairs,
 )
 from ipcount.bench.options import Say, sustained_overrides
 
@@ -136,7 +136,7 @@ def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> in
     from ipcount.bench.workspace import bench_env
     from ipcount.verify.ledger import Ledger
 
-    spark_conf = spark_pairs(args.spark_conf)
+    knobs = RunKnobs.from_args(args)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
         plan = plan_preload(env, "bench", args, *sustained_overrides(args))
         say(
@@ -154,10 +154,7 @@ def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> in
             f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)"
         )
         ledger = Ledger.load(ledger_path)
-        fig = measure_run(
-            env, plan.overrides, "bench", args.records, ledger, spark_conf=spark_conf,
-            event_log=not args.no_event_log, timeout=args.timeout,
-        )  # fmt: skip
+        fig = measure_run(env, plan.overrides, "bench", args.records, ledger, knobs)
         for line in report_lines(fig, args.verbose):
             say(line)
         say(final_line(fig))

@@ -293,11 +293,15 @@ class TopicReader:
             self._idle = min(self._idle * 2, _IDLE_BACKOFF_MAX)
         return out
 
-    def read_to_end(self, deadline_seconds: float = 60.0) -> Iterator[SinkRecord]:
+    def read_to_end(
+        self, deadline_seconds: float = 60.0, until: Mapping[int, int] | None = None
+    ) -> Iterator[SinkRecord]:
         """Every record up to the topic's end as it is now, in this reader's isolation level.
 
         Stops when every partition's position reaches the high watermark taken at the start
         (positions, not record counts: aborted records and transaction markers occupy offsets).
+        With `until`, only those partitions are waited for, each up to its offset there (records
+        past it may come too).
 
         Raises:
             IpcountError: a partition did not reach its end within `deadline_seconds`; with
@@ -305,8 +309,10 @@ class TopicReader:
         """
         marks = self.watermarks()
         ends = {p: high for p, (_, high) in marks.items()}
+        if until is not None:
+            ends = {p: min(end, until[p]) for p, end in ends.items() if p in until}
         deadline = time.monotonic() + deadline_seconds
-        pending = {p for p, (low, high) in marks.items() if high > low}
+        pending = {p for p, end in ends.items() if end > marks[p][0]}
         while pending:
             # consume() waits its whole timeout unless max_records arrive: a short one, so a small
             # topic (the progress markers every start and first commit read) ends at its end,

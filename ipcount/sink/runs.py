@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ipcount.errors import SinkError
@@ -120,20 +120,54 @@ class ProgressView:
 
 
 def read_progress(
-    consumer_conf: Mapping[str, str], progress_topic: str, deadline_seconds: float
+    consumer_conf: Mapping[str, str],
+    progress_topic: str,
+    deadline_seconds: float,
+    keys: Collection[bytes] | None = None,
 ) -> ProgressView:
-    """Read the progress topic once (read_committed), to its end.
+    """Read the progress topic once (read_committed), to its end; with `keys`, only as far as
+    the last record of any of those keys (see `_last_offsets`).
 
     Raises:
         SinkError: a marker of the topic is not ipcount's.
     """
+    until = None
+    if keys is not None:
+        until = _last_offsets(consumer_conf, progress_topic, keys, deadline_seconds)
     view = ProgressView()
+    if until == {}:
+        return view  # no record of those keys at all, committed or not
     with TopicReader(
         consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
     ) as reader:
-        for rec in reader.read_to_end(deadline_seconds):
+        for rec in reader.read_to_end(deadline_seconds, until=until):
             view.add(rec.key, rec.value, (rec.partition, rec.offset, rec.where))
     return view
+
+
+def _last_offsets(
+    consumer_conf: Mapping[str, str],
+    progress_topic: str,
+    keys: Collection[bytes],
+    deadline_seconds: float,
+) -> dict[int, int]:
+    """Per partition, the offset after the last record of `keys`, committed or not (a
+    read_uncommitted read to the end, which no open transaction holds back).
+
+    Every committed marker of those keys lies before it, so a read_committed read that far sees
+    them all, and waits only for transactions opened before it: not for one a killed task of
+    another partition left open after them. Only the keys' own writers may add markers under
+    them meanwhile, and a sink task's session has fenced its one (its transactional.id).
+    """
+    last: dict[int, int] = {}
+    with TopicReader(
+        consumer_conf, progress_topic, isolation="read_uncommitted",
+        topic_setting="topics.progress",
+    ) as reader:  # fmt: skip
+        for rec in reader.read_to_end(deadline_seconds):
+            if rec.key in keys:
+                last[rec.partition] = rec.offset + 1
+    return last
 
 
 def run_order(

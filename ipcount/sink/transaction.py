@@ -344,7 +344,12 @@ class TxnSession(TxnCalls):
     def _read_progress(self) -> tuple[int | None, str]:
         """The last committed batchId of this query and the run id that committed it."""
         cfg = self.config
-        view = read_progress(cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds)
+        # A sink task reads only as far as its own keys' last records: another task killed inside
+        # its transaction must not hold it back (its retry may be waiting for this very core).
+        keys = None if cfg.sink_partition is None else {cfg.query_id.encode(), self._task_key()}
+        view = read_progress(
+            cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds, keys=keys
+        )
         query = view.newest(cfg.query_id)
         if cfg.sink_partition is None:
             self.last_marker = query
@@ -360,6 +365,12 @@ class TxnSession(TxnCalls):
         if newest is None:
             return None, ""
         return newest.batch_id, newest.run_id
+
+    def _task_key(self) -> bytes:
+        """The key of this sink task's markers."""
+        return ProgressMarker(
+            self.config.query_id, 0, sink_partition=self.config.sink_partition
+        ).key
 
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 import uuid
 
 import pytest
@@ -16,6 +17,7 @@ from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.fencing import fence_predecessors
+from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
 from ipcount.sink.runs import read_progress
 from ipcount.sink.task_commit import BATCH_ID_PROPERTY, commit_task, task_config
@@ -152,3 +154,45 @@ def _closed_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _open_attempt(cfg: TxnConfig, partition: int, batch: int) -> Producer:
+    """A sink task's attempt at `batch` as a killed task leaves it: its results and its marker
+    written in a transaction that was never ended."""
+    tid = task_config(cfg, partition).transactional_id
+    producer = Producer({**cfg.producer_conf, "transactional.id": tid})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for key, value in _records(batch, partition):
+        producer.produce(cfg.topic, key=key, value=value)
+    marker = ProgressMarker(
+        cfg.query_id, batch, records=3, topic=cfg.topic, transactional_id=tid,
+        sink_partition=partition,
+    )  # fmt: skip
+    producer.produce(cfg.progress_topic, key=marker.key, value=marker.encode())
+    assert producer.flush(10) == 0
+    return producer
+
+
+def test_a_fresh_task_is_not_held_back_by_another_tasks_open_transaction(
+    sink_settings: Settings,
+) -> None:
+    """A task killed inside its transaction leaves it open (its marker at the progress topic's
+    end) until its retry fences it or the broker times it out. Another task's fresh session (a
+    new executor, a new Python worker) must still learn its own partition's last commit at once,
+    and tell it from an aborted attempt, instead of waiting behind the open transaction for its
+    whole retry deadline."""
+    cfg = _config(sink_settings, retry_deadline_seconds=15.0)
+    p0 = task_config(cfg, 0)
+    assert TxnSession(p0).commit_batch(0, _records(0, 0)).status == "committed"
+    _open_attempt(cfg, 0, 1).abort_transaction(10)  # partition 0's attempt at batch 1 aborted
+    killed = _open_attempt(cfg, 1, 1)  # partition 1's task killed inside batch 1
+
+    started = time.monotonic()
+    fresh = TxnSession(p0)
+    assert fresh.commit_batch(0, _records(0, 0)).status == "replay"
+    assert fresh.last_committed == 0  # the aborted attempt at batch 1 does not count
+    assert fresh.commit_batch(1, _records(1, 0)).status == "committed"
+    assert time.monotonic() - started < 10.0
+    killed.abort_transaction(10)
+    assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(2) for i in range(3))

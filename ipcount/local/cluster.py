@@ -131,8 +131,11 @@ class StandaloneCluster:
         """Start the master, then the workers; return once every worker is ALIVE at the master.
 
         Raises:
-            IpcountError: a daemon exited or the workers did not register within `timeout`.
+            IpcountError: a daemon exited or the workers did not register within `timeout`; or
+                the cluster is running already (a second start would lose track of it).
         """
+        if self.master is not None and self.master.child.poll() is None:
+            raise IpcountError(f"the Spark standalone cluster {self.master_url} is running already")
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.master, self.workers = None, []
         deadline = time.monotonic() + timeout

@@ -184,7 +184,9 @@ class TxnSession(TxnCalls):
         self._in_transaction = False
         self._committed(marker)
         seconds = time.monotonic() - started
-        logger.info(
+        # One line per transaction, i.e. per sink task and batch: debug. The batch's line at info
+        # is sink.task_commit's, where the driver's commit runs.
+        logger.debug(
             "batch %d committed: %d records (+%d corrections) in %.3fs",
             batch_id,
             marker.records,

@@ -30,6 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SKEW_S = 10
 # Spark keeps the newest 20 offset log entries (not its default 100): fewer batches purge batch 0.
 _RETAIN = ("--set", "spark.conf.spark.sql.streaming.minBatchesToRetain=20")
+# Sized to purge batch 0 with ten batches to spare: 30 counting batches against the 20 kept (was
+# 500 records, 50 batches: 20 more batches that showed nothing more).
+RECORDS = 300
+BATCHES = RECORDS // 10
 
 
 def _dead_letters(settings) -> list:  # type: ignore[no-untyped-def]
@@ -47,8 +51,8 @@ def test_a_future_record_of_a_purged_batch_is_dead_lettered(
     env = {
         "IPCOUNT_JOB_DEAD_LETTER": "true",
         "IPCOUNT_JOB_MAX_FUTURE_SKEW_SECONDS": str(SKEW_S),
-        # 10 records a batch: 500 records take 50 counting batches, so Spark's offset log keeps
-        # only batches ~30 on when the dead-letter query starts (it keeps 20, see _RETAIN).
+        # 10 records a batch: RECORDS take BATCHES counting batches, so Spark's offset log keeps
+        # only batches ~10 on when the dead-letter query starts (it keeps 20, see _RETAIN).
         "IPCOUNT_JOB_MAX_OFFSETS_PER_TRIGGER": "10",
     }
     ledger = Ledger(window_ms=5000)
@@ -62,7 +66,7 @@ def test_a_future_record_of_a_purged_batch_is_dead_lettered(
     near_line = format_record("198.51.100.9", near).encode()
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
     producer.produce(settings.topics.source, value=near_line)
-    for n in range(500):
+    for n in range(RECORDS):
         ip, at = f"10.5.0.{n % 8}", t0 + (n // 20) * 1000
         producer.produce(settings.topics.source, value=format_record(ip, at))
         ledger.add(at, ip)
@@ -91,7 +95,9 @@ def test_a_future_record_of_a_purged_batch_is_dead_lettered(
     text = job.log_text()
     assert job.returncode == 0, text[-3000:]
     lines = "\n".join(line for line in text.splitlines() if " batch " in line)
-    assert "ipcount batch 49:" in lines or "ipcount batch 50:" in lines, lines[-2000:]
+    assert f"ipcount batch {BATCHES - 1}:" in lines or f"ipcount batch {BATCHES}:" in lines, lines[
+        -2000:
+    ]
     # The counting query's first batch judged it future (not counted) ...
     assert " future=1 " in lines, lines[:3000]
     # ... batch 0's offset log entry is purged, and the oldest one kept was planned when the

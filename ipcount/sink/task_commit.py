@@ -96,7 +96,9 @@ def written_by(batch_id: int, reports: list[WriterCommitMessage | None]) -> tupl
     written = sum(r.records for r in done), sum(r.late_records for r in done)
     if done:
         slowest = max(done, key=lambda r: r.encode_seconds + r.seconds)
-        logger.info(
+        # A batch with nothing to write (most of the dead-letter query's) is not worth a line.
+        logger.log(
+            logging.INFO if any(written) else logging.DEBUG,
             "batch %d: %d sink task(s) wrote %d records (+%d corrections) in their own "
             "transactions (%s; slowest task: rows and encoding %.3fs, commit %.3fs)",
             batch_id,

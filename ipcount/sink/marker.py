@@ -10,7 +10,7 @@ from typing import TypeAlias, TypeVar
 
 from ipcount.errors import SinkError
 
-__all__ = ["JsonValue", "PARTITION_KEY_SEPARATOR", "ProgressMarker"]
+__all__ = ["JsonValue", "PARTITION_KEY_SEPARATOR", "ProgressMarker", "marker_key"]
 
 # A value as json.loads returns it: the source's end offsets are kept as Spark's offset log has
 # them ({"offsets": {topic: {partition: offset}}, ...}, a list for several sources, or null).
@@ -56,11 +56,8 @@ class ProgressMarker:
 
     @property
     def key(self) -> bytes:
-        """The record's key: the query id, with a task's sink partition (compaction keeps each
-        query's and each of its partitions' newest marker)."""
-        if self.sink_partition is None:
-            return self.query_id.encode()
-        return f"{self.query_id}{PARTITION_KEY_SEPARATOR}{self.sink_partition}".encode()
+        """The record's key (`marker_key`)."""
+        return marker_key(self.query_id, self.sink_partition)
 
     def at(self, partition: int, offset: int) -> ProgressMarker:
         """This marker as found at `partition`/`offset` of the progress topic."""
@@ -117,6 +114,14 @@ class ProgressMarker:
                 f"progress marker {where} is unreadable ({exc}); it was not written by "
                 "ipcount: topics.progress must be ipcount's own topic"
             ) from exc
+
+
+def marker_key(query_id: str, sink_partition: int | None = None) -> bytes:
+    """The key of a query's markers, or of one of its sink tasks' (compaction keeps each query's
+    and each of its partitions' newest marker)."""
+    if sink_partition is None:
+        return query_id.encode()
+    return f"{query_id}{PARTITION_KEY_SEPARATOR}{sink_partition}".encode()
 
 
 def _typed(body: dict[str, JsonValue], key: str, kind: type[_T]) -> _T | None:

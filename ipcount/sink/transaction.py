@@ -17,7 +17,7 @@ from ipcount.kafka.client import check_transaction_timeout, with_client_logging
 from ipcount.sink.continuity import StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay
-from ipcount.sink.marker import JsonValue, ProgressMarker
+from ipcount.sink.marker import JsonValue, ProgressMarker, marker_key
 from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
 from ipcount.sink.runs import read_progress
@@ -351,7 +351,11 @@ class TxnSession(TxnCalls):
         cfg = self.config
         # A sink task reads only as far as its own keys' last records: another task killed inside
         # its transaction must not hold it back (its retry may be waiting for this very core).
-        keys = None if cfg.sink_partition is None else {cfg.query_id.encode(), self._task_key()}
+        keys = (
+            None
+            if cfg.sink_partition is None
+            else {marker_key(cfg.query_id), marker_key(cfg.query_id, cfg.sink_partition)}
+        )
         view = read_progress(
             cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds, keys=keys
         )
@@ -370,12 +374,6 @@ class TxnSession(TxnCalls):
         if newest is None:
             return None, ""
         return newest.batch_id, newest.run_id
-
-    def _task_key(self) -> bytes:
-        """The key of this sink task's markers."""
-        return ProgressMarker(
-            self.config.query_id, 0, sink_partition=self.config.sink_partition
-        ).key
 
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and

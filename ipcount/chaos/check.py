@@ -14,7 +14,14 @@ from ipcount.errors import IpcountError
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.marker import PARTITION_KEY_SEPARATOR, ProgressMarker
 
-__all__ = ["Slot", "query_id", "progress_markers", "crash_evidence", "confirm_faults"]
+__all__ = [
+    "Slot",
+    "query_id",
+    "progress_markers",
+    "after_commit_evidence",
+    "crash_evidence",
+    "confirm_faults",
+]
 
 # Whose marker and which batch: (sink partition, None for the query's own marker; batch id).
 Slot = tuple[int | None, int]
@@ -39,20 +46,65 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
 
     Raises:
         SinkError: a record under the query's keys is not a progress marker.
+        IpcountError: the topic did not reach its end within 30 s.
     """
-    seen: Counter[Slot] = Counter()
-    mine, tasks = query.encode(), (query + PARTITION_KEY_SEPARATOR).encode()
-    with TopicReader(
+    found = _marker_offsets(settings, query, isolation)
+    return Counter({slot: len(places) for slot, places in found.items()})
+
+
+def _reader(settings: Settings, isolation: str) -> TopicReader:
+    return TopicReader(
         settings.kafka.to_librdkafka("consumer"),
         settings.topics.progress,
         isolation=isolation,
         topic_setting="topics.progress",
-    ) as reader:
-        for rec in reader.read_to_end(30):
+    )
+
+
+def _marker_offsets(
+    settings: Settings, query: str, isolation: str, until: dict[int, int] | None = None
+) -> dict[Slot, list[tuple[int, int]]]:
+    """Where (partition, offset) each marker of `query` lies, per slot, as `isolation` sees
+    (with `until`, only the records before those offsets)."""
+    seen: dict[Slot, list[tuple[int, int]]] = {}
+    mine, tasks = query.encode(), (query + PARTITION_KEY_SEPARATOR).encode()
+    with _reader(settings, isolation) as reader:
+        for rec in reader.read_to_end(30, until=until):
+            if until is not None and rec.offset >= until[rec.partition]:
+                continue
             if rec.key == mine or (rec.key or b"").startswith(tasks):
                 marker = ProgressMarker.decode(rec.value, where=rec.where)
-                seen[marker.sink_partition, marker.batch_id] += 1
+                slot = (marker.sink_partition, marker.batch_id)
+                seen.setdefault(slot, []).append((rec.partition, rec.offset))
     return seen
+
+
+def after_commit_evidence(settings: Settings, query: str, batch: int) -> str:
+    """Whether a sink task's marker of `batch` is committed, right after a crash that followed
+    a task's commit.
+
+    Other transactions may be open then (tasks of other partitions, or of the dead-letter query,
+    killed with the job), and only the restart's fencing ends them: a read_committed read to the
+    end would wait behind them. So the read stops at the last stable offset, below which every
+    transaction is decided. A marker of `batch` past it is undecided as yet; `confirm_faults`
+    settles it at the end of the run.
+    """
+    with _reader(settings, "read_committed") as probe:
+        stable = probe.ends()
+    committed = _marker_offsets(settings, query, "read_committed", until=stable)
+    if any(p is not None and b == batch for p, b in committed):
+        return _where(Counter(committed.keys()), batch, "committed in Kafka", "")
+    undecided = Counter(
+        slot
+        for slot, places in _marker_offsets(settings, query, "read_uncommitted").items()
+        if slot[1] == batch and any(offset >= stable.get(part, 0) for part, offset in places)
+    )
+    return _where(
+        undecided,
+        batch,
+        "marker in Kafka behind another task's open transaction, its commit confirmed at the end",
+        "NOT committed in Kafka",
+    )
 
 
 def _where(seen: Counter[Slot], batch: int, yes: str, no: str) -> str:
@@ -71,9 +123,7 @@ def crash_evidence(settings: Settings, checkpoint: Path, kind: str, batch: int) 
         return text
     try:
         if kind == AFTER_COMMIT:
-            # No transaction is open after the commit: read_committed reads to the end.
-            seen = progress_markers(settings, query, "read_committed")
-            where = _where(seen, batch, "committed in Kafka", "NOT committed in Kafka")
+            where = after_commit_evidence(settings, query, batch)
         else:
             # read_committed would wait behind the open transaction: look at it uncommitted.
             seen = progress_markers(settings, query, "read_uncommitted")

@@ -90,7 +90,14 @@ def test_chaos_round_kills_restarts_and_stays_exact(tmp_path: Path, broker_kind:
     assert all(" fired: " in line for line in fired), diag
     # The exact gap each point leaves, seen from outside right after the crash.
     after = next(line for line in fired if "sink.after_commit" in line)
-    assert "not in Spark's commit log, committed in Kafka" in after, diag
+    # (Rarely another task's transaction, opened before the struck task's marker, died open with
+    # the job: no read_committed reader sees past it until the restart, and the commit is then
+    # confirmed at the end, below.)
+    assert re.search(
+        "not in Spark's commit log, (committed in Kafka|marker in Kafka behind another task's "
+        "open transaction, its commit confirmed at the end)",
+        after,
+    ), diag
     before = next(line for line in fired if "sink.before_commit" in line)
     assert "not in Spark's commit log, marker in an open transaction" in before, diag
     # The contrast: the transaction killed at sink.before_commit was aborted by the restart's

@@ -143,7 +143,7 @@ def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> N
 def _plain_task(options: SourceOptions, rng: OffsetRange) -> float:
     """Process CPU seconds of the same read task run as the job runs it, unprofiled."""
     t0 = time.process_time()
-    _hand_off(options, read_task(options, rng, None, None, None))
+    _hand_off(options, read_task(options, (rng,), None, None, None))
     return time.process_time() - t0
 
 

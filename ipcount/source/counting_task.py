@@ -3,7 +3,7 @@ chunks and hands Spark the combined counts, or the records those counts leave ou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -42,35 +42,51 @@ def batch_rules(
 
 def read_task(
     options: SourceOptions,
-    rng: OffsetRange | None,
+    ranges: Sequence[OffsetRange],
     heartbeat_ms: int | None,
     late_before_ms: int | None,
     batch_ms: int | None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one task (a reader.KafkaInputPartition's fields) for options.output counts or
-    rejects."""
+    rejects: its ranges read one after the other."""
     late_before = late_before_ms if options.late_corrections else None
     rules = batch_rules(options, late_before, batch_ms)
     if options.output == "counts":
         if heartbeat_ms is not None:
             yield counts_heartbeat(heartbeat_ms)
-        if rng is not None:
-            combiner = Combiner(rules)
-
-            def lost(n: int) -> None:
-                combiner.lost += n
-
-            for values in read_chunks(options, rng, chunk_values, on_lost=lost):
-                combiner.add(values)
-            result = combiner.result()
-            if options.clean_range_markers and not (combiner.malformed or combiner.future):
-                # The whole range read, nothing rejected: the dead letters need not read it.
-                mark_clean(options.query_checkpoint, rng, rules.future_after_ms)
+        if ranges:
+            result = _count(options, ranges, rules)
             if result.num_rows:
                 yield result
         return
-    if rng is None:
-        return
+    for rng in ranges:
+        yield from _rejects(options, rng, rules)
+
+
+def _count(
+    options: SourceOptions, ranges: Sequence[OffsetRange], rules: BatchRules
+) -> pa.RecordBatch:
+    """The partial counts of `ranges` together (one Combiner); each range read whole with
+    nothing rejected gets its clean-range marker (a marker of any attempt stays true)."""
+    combiner = Combiner(rules)
+
+    def lost(n: int) -> None:
+        combiner.lost += n
+
+    for rng in ranges:
+        rejected = combiner.malformed + combiner.future
+        for values in read_chunks(options, rng, chunk_values, on_lost=lost):
+            combiner.add(values)
+        if options.clean_range_markers and combiner.malformed + combiner.future == rejected:
+            # The whole range read, nothing rejected: the dead letters need not read it.
+            mark_clean(options.query_checkpoint, rng, rules.future_after_ms)
+    return combiner.result()
+
+
+def _rejects(
+    options: SourceOptions, rng: OffsetRange, rules: BatchRules
+) -> Iterator[pa.RecordBatch]:
+    """The records of `rng` the counting left out, with their reasons (output=rejects)."""
     marked = options.counts_checkpoint
     if marked and is_clean(marked, rng, rules.future_after_ms):
         # The counting query read this exact range with this batch time and rejected nothing.

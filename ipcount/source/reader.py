@@ -35,6 +35,7 @@ from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
     TopicPartitionKey,
+    group_ranges,
     lag_report,
     plan_ranges,
     spread_limit,
@@ -49,9 +50,11 @@ logger = logging.getLogger(__name__)
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: an offset range of one topic partition, and/or the batch's heartbeat;
-    `late_before_ms`: the batch's watermark for late records (None: unknown); `batch_ms`: the
-    batch's time from the offset log (None: unknown), which bounds event times (future)."""
+    """One Spark task: an offset range of one topic partition (and, for the counting query's
+    small batches, `more` ranges read one after the other: offsets.group_ranges), and/or the
+    batch's heartbeat; `late_before_ms`: the batch's watermark for late records (None: unknown);
+    `batch_ms`: the batch's time from the offset log (None: unknown), which bounds event times
+    (future)."""
 
     def __init__(
         self,
@@ -59,17 +62,25 @@ class KafkaInputPartition(InputPartition):
         heartbeat_ms: int | None = None,
         late_before_ms: int | None = None,
         batch_ms: int | None = None,
+        more: tuple[OffsetRange, ...] = (),
     ) -> None:
-        super().__init__((rng, heartbeat_ms, late_before_ms, batch_ms))
+        super().__init__((rng, heartbeat_ms, late_before_ms, batch_ms, more))
         self.range = rng
         self.heartbeat_ms = heartbeat_ms
         self.late_before_ms = late_before_ms
         self.batch_ms = batch_ms
+        self.more = more
+
+    @property
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """Every offset range this task reads."""
+        return () if self.range is None else (self.range, *self.more)
 
     def __repr__(self) -> str:
+        more = f", more={self.more!r}" if self.more else ""
         return (
             f"KafkaInputPartition({self.range!r}, heartbeat_ms={self.heartbeat_ms}, "
-            f"late_before_ms={self.late_before_ms}, batch_ms={self.batch_ms})"
+            f"late_before_ms={self.late_before_ms}, batch_ms={self.batch_ms}{more})"
         )
 
 
@@ -306,11 +317,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # What the dead-letter query needs of this batch, past Spark's offset-log purge.
                 batch = CountedBatch(batch_id, begin.offsets, finish.offsets, batch_ms or 0)
                 record_batch(opts.query_checkpoint, batch)
-            tasks = [KafkaInputPartition(rng, None, late_before, batch_ms) for rng in ranges]
+            tasks = [
+                KafkaInputPartition(group[0], None, late_before, batch_ms, tuple(group[1:]))
+                for group in group_ranges(ranges, opts.min_split_records)
+            ]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:
             if tasks:
-                tasks[0] = KafkaInputPartition(tasks[0].range, hb.ts, late_before, batch_ms)
+                first = tasks[0]
+                tasks[0] = KafkaInputPartition(
+                    first.range, hb.ts, late_before, batch_ms, first.more
+                )
             else:
                 tasks = [KafkaInputPartition(None, hb.ts, late_before, batch_ms)]
         return tasks
@@ -357,7 +374,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             yield from read_task(
                 self.options,
-                partition.range,
+                partition.ranges,
                 partition.heartbeat_ms,
                 partition.late_before_ms,
                 partition.batch_ms,
@@ -369,5 +386,5 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if partition.heartbeat_ms is not None:
             topic = sorted(self.options.topics)[0]
             yield heartbeat_batch(topic, partition.heartbeat_ms, late_before)
-        if partition.range is not None:
-            yield from read_range(self.options, partition.range, late_before_ms=late_before)
+        for rng in partition.ranges:
+            yield from read_range(self.options, rng, late_before_ms=late_before)

@@ -13,6 +13,7 @@ from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
     flush_heartbeat,
+    group_ranges,
     next_heartbeat,
     parse_starting_offsets,
     plan_ranges,
@@ -150,6 +151,22 @@ def test_plan_ranges_min_split_records_leaves_small_ranges_whole() -> None:
     # Never into parts below the minimum: 120k records split at most in two.
     parts = plan_ranges({("t", 0): 0}, {("t", 0): 120_000}, 8, None, 50_000)
     assert [r.size for r in parts] == [60_000, 60_000]
+
+
+def test_small_ranges_share_a_read_task() -> None:
+    """A live batch of a few thousand records over three partitions is read by one task: each
+    task costs a Python worker's hand-over and a Kafka consumer, more than reading the records.
+    Ranges worth a task of their own (min_split_records each) keep one."""
+    small = [OffsetRange("t", p, 0, 500 + p) for p in range(3)]
+    assert group_ranges(small, 50_000) == [small]
+    mid = [OffsetRange("t", p, 0, 40_000) for p in range(3)]  # 120k: two tasks' worth
+    assert sorted(len(g) for g in group_ranges(mid, 50_000)) == [1, 2]
+    assert sorted(r.partition for g in group_ranges(mid, 50_000) for r in g) == [0, 1, 2]
+    large = [OffsetRange("t", p, 0, 60_000) for p in range(3)]
+    assert group_ranges(large, 50_000) == [[r] for r in large]
+    # An explicit split (job.min_partitions or max_records_per_partition): one task per range.
+    assert group_ranges(small, None) == [[r] for r in small]
+    assert group_ranges([], 50_000) == []
 
 
 def test_plan_ranges_max_records_per_partition_caps_every_task() -> None:

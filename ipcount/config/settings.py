@@ -116,6 +116,10 @@ class JobSettings:
     # Write malformed and future records, raw, to topics.dead_letter (a second, stateless query):
     # on by default, so nothing rejected is thrown away silently.
     dead_letter: bool = True
+    # How often the dead-letter query runs (processing time; AvailableNow runs are unaffected).
+    # It follows every counting batch whatever its pace, several at once: dead letters are for
+    # inspection, not latency, and each run costs tasks on the counting query's cores.
+    dead_letter_interval_seconds: float = 10.0
     # Dead letters longer than this are truncated to it (headers keep the original size and the
     # source coordinates), so any record the source holds can be dead-lettered. 256 KiB holds the
     # longest line nginx writes with its default buffers whole: 1 KiB + 4 x 8 KiB of client
@@ -268,6 +272,13 @@ _BOUNDS: tuple[tuple[str, str, float, bool, str], ...] = (
     ("job", "max_records_per_partition", 0, False, "must be 0 (no limit) or positive"),
     ("job", "max_future_skew_seconds", 0, True, "must be positive"),
     ("job", "dead_letter_max_bytes", 1024, False, "must be at least 1024"),
+    (
+        "job",
+        "dead_letter_interval_seconds",
+        0,
+        False,
+        "must be zero (with every trigger) or positive",
+    ),
     ("job", "max_bytes_per_batch", MIN_BYTES_PER_BATCH, False, "must be at least {least}"),
     ("job", "restart_attempts", 0, False, "must be 0 (no restarts) or more"),
     ("job", "restart_delay_seconds", 0, False, "must not be negative"),

@@ -155,16 +155,10 @@ def _sink_writer(
     )
 
 
-def _trigger(
-    writer: DataStreamWriter, settings: Settings, mode: RunMode, paced: bool = False
-) -> DataStreamWriter:
-    """`paced`: the query's source admits records once per job.trigger_interval_seconds itself
-    (source.pacing), so Spark's trigger ticks at a fraction of it."""
+def _trigger(writer: DataStreamWriter, mode: RunMode, interval: float) -> DataStreamWriter:
+    """AvailableNow in a bounded run, else a processing-time trigger every `interval` s."""
     if mode.available_now:
         return writer.trigger(availableNow=True)
-    interval = settings.job.trigger_interval_seconds
-    if paced and interval > 0:
-        interval = tick_seconds(interval)
     return writer.trigger(processingTime=f"{_ms(interval)} milliseconds")
 
 
@@ -258,7 +252,10 @@ def start_job(
             run_id=run_id,
         ),
     )
-    counts_query = _trigger(writer, settings, mode, paced=True).start()
+    # The source admits records once per job.trigger_interval_seconds itself (source.pacing), so
+    # Spark's trigger ticks at a fraction of it.
+    interval = settings.job.trigger_interval_seconds
+    counts_query = _trigger(writer, mode, tick_seconds(interval) if interval > 0 else 0).start()
     logger.info(
         "started query %s (id %s) %s -> %s, checkpoint %s",
         COUNTS_QUERY,
@@ -335,4 +332,4 @@ def _start_dead_letter(
         ),
     )
     logger.info("started query %s -> %s", DEAD_LETTER_QUERY, settings.topics.dead_letter)
-    return _trigger(writer, settings, mode).start()
+    return _trigger(writer, mode, settings.job.dead_letter_interval_seconds).start()

@@ -23,7 +23,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +171,7 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipco
     assert job.returncode == 0, log.read_text()[-4000:]
 
     # JSON logs: one object per line; per batch the progress figures are fields.
-    batches, dead_letter_at = [], []
+    batches = []
     for line in log.read_text().splitlines():
         if line.startswith("{"):
             record = json.loads(line)
@@ -180,13 +179,7 @@ def test_metrics_and_health_of_a_running_job(make_settings, tmp_path, Feed, ipco
             progress = record["logger"] == "ipcount.observe.progress" and "batch" in record
             if progress and record.get("query") == "ipcount":
                 batches.append(record)
-            elif progress and record.get("query") == "ipcount-dead-letter":
-                dead_letter_at.append(datetime.fromisoformat(record["time"]).timestamp())
     assert batches, log.read_text()[-3000:]
-    # The dead-letter query runs every job.dead_letter_interval_seconds (10 s), not with every
-    # counting batch: each of its runs costs tasks on the same cores.
-    gaps = [b - a for a, b in zip(dead_letter_at, dead_letter_at[1:], strict=False)]
-    assert all(gap > 8 for gap in gaps), (gaps, len(batches))
     assert sum(b["records"] for b in batches) == produced
     # Batch 0 read everything that waited (the source reported lag 0 behind it). A batch replayed
     # after a restart was planned by the failed run, so its source reports no lag (None, "lag=?").

@@ -114,3 +114,52 @@ def test_windows_are_emitted_right_after_the_batch_that_closed_them(spark, make_
         for q in queries.all():
             q.stop()
     assert _results(settings) == Counter({(0, "10.0.0.1", 2): 1, (0, "10.0.0.2", 1): 1})
+
+
+def test_the_dead_letter_query_runs_at_its_own_interval_and_follows_every_batch(  # type: ignore[no-untyped-def]
+    spark, make_settings
+) -> None:
+    """Records every second, a counting batch each second; the dead-letter query runs every
+    job.dead_letter_interval_seconds, each run following every counting batch since its last:
+    the malformed record fed with each second's records is dead-lettered all the same."""
+    settings = make_settings(
+        "job.trigger_interval_seconds=1",
+        "job.dead_letter_interval_seconds=4",
+        "topics.source_partitions=1",
+    )
+    ensure_topics(settings)
+    queries = start_job(spark, settings)
+    bad = 0
+    try:
+        for second in range(14):
+            _produce(settings, [(f"10.0.1.{second % 3}", second * 1_000)])
+            p = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+            p.produce(settings.topics.source, value=b"not an access line %d" % second, partition=0)
+            assert p.flush(10) == 0
+            bad += 1
+            queries.advance()
+            time.sleep(1.0)
+
+        def all_dead_lettered() -> bool:
+            queries.advance()
+            return _dead_letters(settings) >= bad
+
+        _wait_for(queries.counts, all_dead_lettered, "every dead letter")
+        counting = [p for p in _progress(queries.counts) if p["numInputRows"] > 0]
+        dead_letter = queries.dead_letter
+        assert dead_letter is not None
+        runs = [_ts(p) for p in _progress(dead_letter)]
+    finally:
+        for q in queries.all():
+            q.stop()
+    assert _dead_letters(settings) == bad
+    assert len(counting) >= 8, len(counting)
+    gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
+    # Started once the counting query caught up, then every 4 s (not with each of its batches).
+    assert len(runs) >= 2 and all(gap > 3.0 for gap in gaps), gaps
+
+
+def _dead_letters(settings: Settings) -> int:
+    conf = settings.kafka.to_librdkafka("consumer")
+    with TopicReader(conf, settings.topics.dead_letter) as reader:
+        return sum(1 for _ in reader.read_to_end(30))

@@ -22,9 +22,9 @@ STARTED_SUFFIX = ".started"
 
 
 def _listener(events: list[dict[str, Any]], started_path: Path) -> Any:
-    from pyspark.sql.streaming import StreamingQueryListener
+    from ipcount.observe.listener import ProgressListener
 
-    class _Collect(StreamingQueryListener):
+    class _Collect(ProgressListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark hook
             events.append({"event": "started", "at": time.time(), "name": event.name})
             started_path.write_text(str(time.time()))

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from pyspark.sql.streaming import StreamingQueryListener
 
 from ipcount.observe.health import Health, HealthFacts, judge_health
+from ipcount.observe.listener import ProgressListener
 from ipcount.observe.progress import summarize_progress
 from ipcount.observe.state_store import StateStoreFigures
 from ipcount.queries import COUNTS_QUERY
@@ -317,7 +317,7 @@ class JobMetrics:
         return math.nan if mark is None else self._wall() - mark
 
 
-class MetricsListener(StreamingQueryListener):
+class MetricsListener(ProgressListener):
     """Feeds Spark's query events to a JobMetrics (runs on the driver's listener thread)."""
 
     def __init__(self, metrics: JobMetrics) -> None:

@@ -7,8 +7,7 @@ import logging
 import time
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
-
+from ipcount.observe.listener import ProgressListener
 from ipcount.queries import QUALITY_METRICS
 
 __all__ = ["ProgressLogger", "summarize_progress", "end_offsets", "log_fields"]
@@ -132,7 +131,7 @@ def log_fields(summary: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-class ProgressLogger(StreamingQueryListener):
+class ProgressLogger(ProgressListener):
     """Logs one line per micro-batch with input, rates, watermark, bad records, state and lag."""
 
     def __init__(self, log: logging.Logger | None = None) -> None:

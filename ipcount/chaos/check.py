@@ -12,7 +12,7 @@ from ipcount.chaos.processes import batch_ids
 from ipcount.config import Settings
 from ipcount.errors import IpcountError
 from ipcount.kafka.topic_reader import TopicReader
-from ipcount.sink.marker import PARTITION_KEY_SEPARATOR, ProgressMarker
+from ipcount.sink.marker import PARTITION_KEY_SEPARATOR, ProgressMarker, marker_key
 
 __all__ = [
     "Slot",
@@ -48,7 +48,8 @@ def progress_markers(settings: Settings, query: str, isolation: str) -> Counter[
         SinkError: a record under the query's keys is not a progress marker.
         IpcountError: the topic did not reach its end within 30 s.
     """
-    found = _marker_offsets(settings, query, isolation)
+    with _reader(settings, isolation) as reader:
+        found = _marker_offsets(reader, query)
     return Counter({slot: len(places) for slot, places in found.items()})
 
 
@@ -62,20 +63,20 @@ def _reader(settings: Settings, isolation: str) -> TopicReader:
 
 
 def _marker_offsets(
-    settings: Settings, query: str, isolation: str, until: dict[int, int] | None = None
+    reader: TopicReader, query: str, until: dict[int, int] | None = None
 ) -> dict[Slot, list[tuple[int, int]]]:
-    """Where (partition, offset) each marker of `query` lies, per slot, as `isolation` sees
-    (with `until`, only the records before those offsets)."""
+    """Where (partition, offset) each marker of `query` lies, per slot, as `reader` sees (with
+    `until`, only the records before those offsets)."""
     seen: dict[Slot, list[tuple[int, int]]] = {}
-    mine, tasks = query.encode(), (query + PARTITION_KEY_SEPARATOR).encode()
-    with _reader(settings, isolation) as reader:
-        for rec in reader.read_to_end(30, until=until):
-            if until is not None and rec.offset >= until[rec.partition]:
-                continue
-            if rec.key == mine or (rec.key or b"").startswith(tasks):
-                marker = ProgressMarker.decode(rec.value, where=rec.where)
-                slot = (marker.sink_partition, marker.batch_id)
-                seen.setdefault(slot, []).append((rec.partition, rec.offset))
+    mine = marker_key(query)
+    tasks = mine + PARTITION_KEY_SEPARATOR.encode()
+    for rec in reader.read_to_end(30, until=until):
+        if until is not None and rec.offset >= until[rec.partition]:
+            continue
+        if rec.key == mine or (rec.key or b"").startswith(tasks):
+            marker = ProgressMarker.decode(rec.value, where=rec.where)
+            slot = (marker.sink_partition, marker.batch_id)
+            seen.setdefault(slot, []).append((rec.partition, rec.offset))
     return seen
 
 
@@ -89,14 +90,16 @@ def after_commit_evidence(settings: Settings, query: str, batch: int) -> str:
     transaction is decided. A marker of `batch` past it is undecided as yet; `confirm_faults`
     settles it at the end of the run.
     """
-    with _reader(settings, "read_committed") as probe:
-        stable = probe.ends()
-    committed = _marker_offsets(settings, query, "read_committed", until=stable)
+    with _reader(settings, "read_committed") as reader:
+        stable = reader.ends()
+        committed = _marker_offsets(reader, query, until=stable)
     if any(p is not None and b == batch for p, b in committed):
         return _where(Counter(committed.keys()), batch, "committed in Kafka", "")
+    with _reader(settings, "read_uncommitted") as reader:
+        everything = _marker_offsets(reader, query)
     undecided = Counter(
         slot
-        for slot, places in _marker_offsets(settings, query, "read_uncommitted").items()
+        for slot, places in everything.items()
         if slot[1] == batch and any(offset >= stable.get(part, 0) for part, offset in places)
     )
     return _where(

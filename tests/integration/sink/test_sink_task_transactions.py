@@ -1,17 +1,22 @@
 """The sink's per-task transactions against a real broker: each sink task's share in its own
 transaction, two attempts of one task, the query's marker beside the tasks', what must be refused,
-and the start that ends the transactions a killed job's tasks left open."""
+the start that ends the transactions a killed job's tasks left open, and what `ipcount chaos`
+reads of them right after such a kill."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 
+from ipcount.chaos.check import crash_evidence
+from ipcount.chaos.plan import AFTER_COMMIT
 from ipcount.config import Settings
 from ipcount.errors import SinkError, SinkHistoryError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
@@ -196,3 +201,47 @@ def test_a_fresh_task_is_not_held_back_by_another_tasks_open_transaction(
     assert time.monotonic() - started < 10.0
     killed.abort_transaction(10)
     assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(2) for i in range(3))
+
+
+def _checkpoint(tmp_path: Path, query: str) -> Path:
+    """A checkpoint as Spark leaves it for a query that has committed no batch yet."""
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "metadata").write_text(json.dumps({"id": query}) + "\n", encoding="utf-8")
+    return checkpoint
+
+
+def test_chaos_sees_a_commit_past_the_open_transactions_the_kill_left_behind_it(
+    sink_settings: Settings, tmp_path: Path
+) -> None:
+    """Task 0 committed batch 1 and the fault point killed the job; task 1, mid-way through its
+    own transaction of batch 1, died with it. The chaos evidence says task 0's commit is in
+    Kafka, at once, instead of waiting for task 1's transaction to end (it ends only when the
+    restart fences it)."""
+    cfg = _config(sink_settings)
+    assert TxnSession(task_config(cfg, 0)).commit_batch(1, _records(1, 0)).status == "committed"
+    killed = _open_attempt(cfg, 1, 1)
+    started = time.monotonic()
+    evidence = crash_evidence(sink_settings, _checkpoint(tmp_path, cfg.query_id), AFTER_COMMIT, 1)
+    took = time.monotonic() - started
+    killed.abort_transaction(10)
+    assert evidence == "batch not in Spark's commit log, committed in Kafka (sink task 0)"
+    assert took < 10, took
+
+
+def test_chaos_leaves_a_commit_behind_an_earlier_open_transaction_to_the_end_of_the_run(
+    sink_settings: Settings, tmp_path: Path
+) -> None:
+    """Task 1 wrote its marker first and died before committing; task 0's commit came after it.
+    No read_committed reader can see past task 1's open transaction until it ends, so the
+    evidence says the marker is there and undecided (the end of the run confirms it), rather
+    than 'NOT committed' or an unreadable topic."""
+    cfg = _config(sink_settings)
+    killed = _open_attempt(cfg, 1, 2)
+    assert TxnSession(task_config(cfg, 0)).commit_batch(2, _records(2, 0)).status == "committed"
+    evidence = crash_evidence(sink_settings, _checkpoint(tmp_path, cfg.query_id), AFTER_COMMIT, 2)
+    killed.abort_transaction(10)
+    assert evidence == (
+        "batch not in Spark's commit log, marker in Kafka behind another task's open "
+        "transaction, its commit confirmed at the end (sink task 0, 1)"
+    )

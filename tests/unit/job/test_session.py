@@ -16,6 +16,7 @@ from ipcount.job.session import (
     CONF_DIR,
     DEFAULTS_FILE,
     LAUNCH_ONLY,
+    LOCAL_CHECKPOINT_FILE_MANAGER,
     conf_dir,
     launched_by_spark_submit,
     read_spark_defaults,
@@ -216,3 +217,17 @@ def test_a_raw_local_file_system_for_rocksdb_is_refused_with_the_reason() -> Non
         use_default_path=False,
     )
     assert session_conf(hdfs)["spark.hadoop.fs.file.impl"] == raw
+
+
+def test_a_local_checkpoint_is_written_through_the_file_system_api() -> None:
+    """Hadoop's FileContext forks `readlink` for every rename on a local disk; ipcount switches
+    Spark's checkpoint file manager for local checkpoints only (HDFS keeps FileContext's atomic
+    rename), and a user's own [spark.conf] choice wins."""
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    for local in ("/var/lib/ipcount/checkpoint", "file:///var/lib/ipcount/checkpoint", "ckpt"):
+        conf = spark_conf(_settings(f"job.checkpoint_location={local}"))
+        assert conf[key] == LOCAL_CHECKPOINT_FILE_MANAGER, local
+    for remote in ("hdfs://nn:8020/ipcount/checkpoint", "s3a://bucket/ipcount/checkpoint"):
+        assert key not in spark_conf(_settings(f"job.checkpoint_location={remote}")), remote
+    mine = "com.example.MyCheckpointFileManager"
+    assert spark_conf(_settings(f"spark.conf.{key}={mine}"))[key] == mine

@@ -24,11 +24,16 @@ _SAMPLE_SECONDS = 0.5
 class MemoryPeaks:
     """Peak RSS (bytes) of the job's process tree, by role, from periodic samples."""
 
+    # The `java` processes: the driver's JVM, and in local mode the executors inside it.
     jvm: int = 0
+    # The Python driver (the job process itself: the root of the tree).
     driver: int = 0
+    # Spark's Python workers, summed over the most seen at once (forked workers share pages, so
+    # this is an upper bound), and how many there were at most.
     workers: int = 0
-    total: int = 0
     max_workers: int = 0
+    # The peak of the three's sum at one sample.
+    total: int = 0
     # The largest single Python worker: a sink task's holds its share of a batch's results.
     one_worker: int = 0
     samples: int = 0

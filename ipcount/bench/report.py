@@ -43,19 +43,27 @@ def event_log_conf(directory: Path) -> dict[str, str]:
 class PhaseTotals:
     """Sums over the micro-batches of one query (seconds unless named otherwise)."""
 
+    # Progress events summed; data_batches: those that read access records.
     batches: int = 0
     data_batches: int = 0
+    # numInputRows (the counting query's rows are partial counts) and the access records behind
+    # them (batch_records).
     input_rows: int = 0
     records: int = 0
+    # durationMs.triggerExecution, over every batch and over the data batches alone.
     trigger: float = 0.0
+    data_trigger: float = 0.0
+    # The other durationMs phases (_PHASES: latestOffset, queryPlanning, walCommit, ...), by name.
     phases: dict[str, float] = field(default_factory=dict)
+    # The stateOperators' times: allUpdatesTimeMs, allRemovalsTimeMs, commitTimeMs.
     state_updates: float = 0.0
     state_removals: float = 0.0
     state_commit: float = 0.0
+    # Peaks over the batches of numRowsTotal and memoryUsedBytes (summed over the operators);
+    # numRowsDroppedByWatermark summed (rows the state store judged late).
     state_rows_peak: int = 0
     state_memory_peak: int = 0
     dropped_rows: int = 0
-    data_trigger: float = 0.0
 
     @property
     def batch_rate(self) -> float:
@@ -217,13 +225,16 @@ class StageTotals:
     # driver-side commit: the query's marker, in one Kafka transaction).
     driver_before: float = 0.0
     driver_after: float = 0.0
+    # By stage kind ('map', 'reduce'): the stages' wall time, and their tasks' run and CPU time.
     wall: dict[str, float] = field(default_factory=dict)
     task_run: dict[str, float] = field(default_factory=dict)
     task_cpu: dict[str, float] = field(default_factory=dict)
+    # Over every task: JVM GC time, bytes to and from the Python workers, shuffle write time.
     gc: float = 0.0
     python_sent: int = 0
     python_returned: int = 0
     shuffle_write: float = 0.0
+    # Tasks seen; found: the event log held at least one (False: no figures, not zeros).
     tasks: int = 0
     found: bool = False
 

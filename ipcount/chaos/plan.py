@@ -88,6 +88,8 @@ class ChaosOptions:
     records: int = 20_000
     # Records per second; None spreads `records` over the time the planned faults need.
     rate: float | None = None
+    # SIGKILLs of the job (at random moments and at the sink's fault points), restarts of the
+    # broker, and hangs of it (SIGSTOP, then SIGCONT after broker_hang_seconds).
     kills: int = 3
     broker_restarts: int = 1
     broker_hangs: int = 0

@@ -31,9 +31,14 @@ class VerifyReport:
     results: int = 0
     # Ledger keys without a result whose window ends after the sink's watermark (not yet emitted).
     open: int = 0
+    # The verdicts (exact: all three 0). Missing: a due ledger key with no result (or, with
+    # corrections, whose total falls short to nothing); duplicates: copies of a key past the
+    # first; wrong: an undecodable record, a key in no ledger, a wrong window length or count.
     missing: int = 0
     duplicates: int = 0
     wrong: int = 0
+    # Keys the ledgers hold deliberately late records for, and the late records counted in the
+    # job's results (not corrections) because Spark had not yet passed their window.
     late_windows: int = 0
     late_emitted: int = 0
     # Correction records read from topics.late, and the records they count (None: not read).

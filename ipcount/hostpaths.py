@@ -1,4 +1,5 @@
-"""Where things are on this host: ipcount's cache directory and the java binary."""
+"""Where things are on this host (ipcount's cache directory, the java binary), and what a
+directory holds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["cache_root", "find_java"]
+__all__ = ["cache_root", "find_java", "tree_bytes"]
 
 
 def cache_root() -> Path:
@@ -22,3 +23,16 @@ def find_java() -> Path | None:
         return Path(home) / "bin" / "java"
     found = shutil.which("java")
     return Path(found) if found else None
+
+
+def tree_bytes(root: Path) -> tuple[int, int]:
+    """(bytes, files) under `root` (0, 0 when it does not exist)."""
+    size = files = 0
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                continue
+            files += 1
+    return size, files

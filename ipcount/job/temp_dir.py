@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from ipcount.checkpoint.offset_log import absolute_location
+from ipcount.hostpaths import tree_bytes
 
 __all__ = ["claim_temp_dir", "job_temp_dir"]
 
@@ -61,7 +62,7 @@ def claim_temp_dir(directory: Path) -> bool:
     _held[directory] = fd
     left = [p for p in directory.iterdir() if p.name != _LOCK]
     if left:
-        size = sum(_bytes(p) for p in left)
+        size = sum(tree_bytes(p)[0] if p.is_dir() else p.lstat().st_size for p in left)
         for path in left:
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -74,16 +75,3 @@ def claim_temp_dir(directory: Path) -> bool:
             directory,
         )
     return True
-
-
-def _bytes(path: Path) -> int:
-    if not path.is_dir() or path.is_symlink():
-        return path.lstat().st_size
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total

@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ipcount.childproc import session_processes
 from ipcount.config import Settings
 
-__all__ = ["ProcessFigures", "process_figures", "tree_bytes", "topic_records"]
+__all__ = ["ProcessFigures", "process_figures", "topic_records"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -74,19 +73,6 @@ def process_figures(session: int) -> ProcessFigures:
         else:
             driver += rss
     return ProcessFigures(driver, workers, fds, count)
-
-
-def tree_bytes(root: Path) -> tuple[int, int]:
-    """(bytes, files) under `root` (0, 0 when it does not exist)."""
-    size = files = 0
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            try:
-                size += os.stat(os.path.join(dirpath, name)).st_size
-            except FileNotFoundError:
-                continue
-            files += 1
-    return size, files
 
 
 def topic_records(settings: Settings, topic: str, timeout: float = 10.0) -> tuple[int, int]:

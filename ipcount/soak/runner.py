@@ -20,10 +20,11 @@ from ipcount.chaos.plan import ChaosOptions
 from ipcount.chaos.processes import batch_ids, last_committed_batch
 from ipcount.config import Settings
 from ipcount.errors import ConfigError
+from ipcount.hostpaths import tree_bytes
 from ipcount.local.broker import free_port
 from ipcount.local_pipeline.children import JobProcess
 from ipcount.observe.state_store import figures_of, list_local_state
-from ipcount.soak.probes import process_figures, topic_records, tree_bytes
+from ipcount.soak.probes import process_figures, topic_records
 from ipcount.verify.compare import VerifyReport
 from ipcount.verify.ledger import Ledger
 

@@ -251,27 +251,23 @@ def _use_archive(conf: dict[str, str], found: Path | None, train: bool) -> None:
     started(archive)
 
 
-def _use_job_temp_dir(
-    conf: dict[str, str], settings: Settings, launched: Mapping[str, str] | None
-) -> None:
-    """The job's own temp dir, emptied of a killed predecessor's files (ipcount.job.temp_dir): the
-    launched JVM's java.io.tmpdir, and spark.local.dir unless the user chose one."""
+def _use_job_temp_dir(conf: dict[str, str], settings: Settings) -> None:
+    """Launch the JVM with the job's own temp dir as java.io.tmpdir (and so Spark's default
+    spark.local.dir), emptied of a killed predecessor's files (ipcount.job.temp_dir). Not set:
+    a java.io.tmpdir of the user's own, or a path with a space (the launcher splits options)."""
     from ipcount.job.temp_dir import claim_temp_dir, job_temp_dir
 
+    key = "spark.driver.extraJavaOptions"
+    options = conf.get(key, "")
     directory = job_temp_dir(settings.job.checkpoint_location)
+    if "-Djava.io.tmpdir=" in options or " " in str(directory):
+        return
     try:
         claim_temp_dir(directory)
     except OSError as exc:
         logger.warning("Spark's scratch files stay in the system temp dir: %s: %s", directory, exc)
         return
-    key, options = "spark.driver.extraJavaOptions", conf.get("spark.driver.extraJavaOptions", "")
-    # Only a JVM ipcount launches (spark-submit's already runs); a path with a space is left out
-    # rather than quoted for the launcher's option parser.
-    if launched is None and "-Djava.io.tmpdir=" not in options and " " not in str(directory):
-        conf[key] = f"{options} -Djava.io.tmpdir={directory}".strip()
-    chosen = {**(launched or {}), **conf}
-    if "spark.local.dir" not in chosen and not os.environ.get("SPARK_LOCAL_DIRS"):
-        conf["spark.local.dir"] = str(directory)
+    conf[key] = f"{options} -Djava.io.tmpdir={directory}".strip()
 
 
 def build_session(
@@ -331,7 +327,8 @@ def build_session(
     conf = session_conf(settings, extra, launched)
     if launched is None and settings.spark.jvm_class_archive and not chosen_conf_dir:
         _use_archive(conf, found, train_archive)
-    _use_job_temp_dir(conf, settings, launched)
+    if launched is None:
+        _use_job_temp_dir(conf, settings)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

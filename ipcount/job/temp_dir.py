@@ -1,5 +1,5 @@
-"""The job's own temp directory: the driver JVM's java.io.tmpdir and Spark's scratch space, emptied
-of what a killed predecessor left in it.
+"""The job's own temp directory: the java.io.tmpdir of the driver JVM ipcount launches (and so
+Spark's default scratch space), emptied of what a killed predecessor left in it.
 
 A driver JVM writes to its temp dir: Spark's scratch space (spark.local.dir defaults to it):
 `spark-*` directories (in local mode every RocksDB state store's working copy, as large as its

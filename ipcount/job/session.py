@@ -263,7 +263,10 @@ def _use_job_temp_dir(conf: dict[str, str], settings: Settings) -> None:
     if "-Djava.io.tmpdir=" in options or " " in str(directory):
         return
     try:
-        claim_temp_dir(directory)
+        # Held by another live driver of this checkpoint (a zombie being fenced): the directory
+        # is not ours to use, since whoever holds it next would empty it under us.
+        if not claim_temp_dir(directory):
+            return
     except OSError as exc:
         logger.warning("Spark's scratch files stay in the system temp dir: %s: %s", directory, exc)
         return

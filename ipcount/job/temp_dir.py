@@ -44,7 +44,8 @@ def job_temp_dir(checkpoint_location: str) -> Path:
 def claim_temp_dir(directory: Path) -> bool:
     """Create `directory`, lock it for the life of this process, and empty it of what a dead
     predecessor left. False when another live process holds the lock (two drivers of one
-    checkpoint on this host): its files are left alone.
+    checkpoint on this host): its files are left alone, and the caller must not use the
+    directory (the next driver to hold the lock would empty it under the caller).
 
     Raises:
         OSError: the directory or its lock file cannot be created.
@@ -57,7 +58,10 @@ def claim_temp_dir(directory: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        logger.info("%s is in use by another live driver: not emptied", directory)
+        logger.info(
+            "%s is in use by another live driver: this one keeps its files in the system temp dir",
+            directory,
+        )
         return False
     _held[directory] = fd
     left = [p for p in directory.iterdir() if p.name != _LOCK]

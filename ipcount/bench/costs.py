@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 from confluent_kafka import Message
 
-from ipcount.bench.measure import RunFigures, RunKnobs, fmt_num, measure_run, plan_preload
+from ipcount.bench.measure import RunFigures, RunKnobs, fmt_num, plan_preload
 from ipcount.bench.workspace import bench_env
 from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
@@ -230,8 +230,6 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
     """Pre-load --records records (synth's generator), profile a counting read task of each
     partition, then (unless --no-job) run the job over them once; the table's lines go to
     `say`."""
-    from ipcount.verify.ledger import Ledger
-
     knobs = RunKnobs.from_args(args)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
         plan = plan_preload(env, "costs", args)
@@ -259,9 +257,7 @@ def run_costs(args: argparse.Namespace, settings: Settings, say: Callable[[str],
             say(line)
         if args.no_job:
             return 0
-        fig = measure_run(
-            env, plan.overrides, "costs", args.records, Ledger.load(ledger_path), knobs
-        )
+        fig = plan.measure(env, "costs", args.records, ledger_path, knobs)
         for line in _jvm_rows(fig):
             say(line)
         say(f"costs: the job over the same records: {fig.seconds:.2f} s; verify {fig.verify}")

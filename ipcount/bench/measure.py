@@ -67,6 +67,14 @@ class PreloadPlan:
 
         return preload(self.settings, records, self.spec, self.start_ms, ledger_path)
 
+    def measure(
+        self, env: BenchEnv, name: str, records: int, ledger_path: Path, knobs: RunKnobs
+    ) -> RunFigures:
+        """measure_run over the records load() wrote, verified against the ledger it wrote."""
+        from ipcount.verify.ledger import Ledger
+
+        return measure_run(env, self.overrides, name, records, Ledger.load(ledger_path), knobs)
+
 
 def plan_preload(
     env: BenchEnv,

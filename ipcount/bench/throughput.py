@@ -6,14 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ipcount.bench.measure import (
-    RunFigures,
-    RunKnobs,
-    final_line,
-    fmt_num,
-    measure_run,
-    plan_preload,
-)
+from ipcount.bench.measure import RunFigures, RunKnobs, final_line, fmt_num, plan_preload
 from ipcount.bench.options import Say, sustained_overrides
 
 if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not by every CLI call
@@ -134,7 +127,6 @@ def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> in
     read_committed readers.
     """
     from ipcount.bench.workspace import bench_env
-    from ipcount.verify.ledger import Ledger
 
     knobs = RunKnobs.from_args(args)
     with bench_env(settings, args.bootstrap, args.overrides, keep=args.keep) as env:
@@ -153,8 +145,7 @@ def run_throughput(args: argparse.Namespace, settings: Settings, say: Say) -> in
             f"bench: loaded records={loaded.records} load_s={loaded.seconds:.1f} "
             f"({loaded.rate:.0f}/s, not part of S); running the job (AvailableNow)"
         )
-        ledger = Ledger.load(ledger_path)
-        fig = measure_run(env, plan.overrides, "bench", args.records, ledger, knobs)
+        fig = plan.measure(env, "bench", args.records, ledger_path, knobs)
         for line in report_lines(fig, args.verbose):
             say(line)
         say(final_line(fig))

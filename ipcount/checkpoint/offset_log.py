@@ -4,7 +4,6 @@ late records by, each batch's source end offsets, and which batches Spark counts
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,6 @@ from urllib.parse import urlparse
 from ipcount.errors import ConfigError, SourceError
 
 __all__ = ["BatchWatermarks", "OffsetLog", "absolute_location", "check_readable", "local_path"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ __all__ = [
     "add_action_parser",
     "add_local_run_options",
     "add_no_late_option",
+    "add_options_command",
     "options_flags",
     "options_from",
 ]
@@ -82,7 +83,21 @@ def add_local_run_options(
     )
 
 
-def options_flags(p: argparse.ArgumentParser) -> Callable[[str, str, type[Any], str], None]:
+# `add(flag, field, kind, text)` of options_flags.
+AddFlag: TypeAlias = Callable[[str, str, type[Any], str], None]
+
+
+def add_options_command(
+    sub: SubParsers, name: str, run: Callable[..., int], help: str, description: str
+) -> tuple[argparse.ArgumentParser, AddFlag]:
+    """The subcommand `name`, which runs `run` with an options dataclass its flags fill
+    (`ipcount chaos`, `ipcount soak`): its parser, and the parser's options_flags to add them."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.set_defaults(func=run)
+    return p, options_flags(p)
+
+
+def options_flags(p: argparse.ArgumentParser) -> AddFlag:
     """`add(flag, field, kind, text)`: a flag of `p` that sets the field `field` of the command's
     options dataclass (`ipcount chaos`, `ipcount soak`); left out, the field's default holds (see
     options_from), so the dataclass alone says what the defaults are."""

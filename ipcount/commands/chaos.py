@@ -5,32 +5,26 @@ from __future__ import annotations
 
 import argparse
 
-from ipcount.commands import SubParsers, add_local_run_options, options_flags, options_from
+from ipcount.commands import SubParsers, add_local_run_options, add_options_command, options_from
 from ipcount.config import Settings
 
 __all__ = ["register", "run"]
 
 
-_DESCRIPTION = (
-    "Start a local broker (or use the configured one), fresh topics, `loadgen synth` and the "
-    "Spark job (its own process group). While data flows, SIGKILL the whole job at random "
-    "moments and at the sink's fault points (IPCOUNT_FAULTS: inside the open transaction, and "
-    "between the Kafka commit and Spark's commit log), restart the broker, and restart the job "
-    "from its checkpoint after each crash. Then verify the sink against the generator's ledger: "
-    "read_committed must be exact; read_uncommitted shows the duplicates that the aborted "
-    "transactions hold. One line per fault; the last line is the verify summary. "
-    "Exit 0 only if the output is exact and every planned fault was injected."
-)
+_HELP = "crash-and-restart proof: kill -9 the job, restart the broker, verify exactly-once"
+
+_DESCRIPTION = """\
+Start a local broker (or use the configured one), fresh topics, `loadgen synth` and the Spark job
+(its own process group). While data flows, SIGKILL the whole job at random moments and at the
+sink's fault points (IPCOUNT_FAULTS: inside the open transaction, and between the Kafka commit and
+Spark's commit log), restart the broker, and restart the job from its checkpoint after each crash.
+Then verify the sink against the generator's ledger: read_committed must be exact; read_uncommitted
+shows the duplicates that the aborted transactions hold. One line per fault; the last line is the
+verify summary. Exit 0 only if the output is exact and every planned fault was injected."""
 
 
 def register(sub: SubParsers) -> None:
-    p = sub.add_parser(
-        "chaos",
-        help="crash-and-restart proof: kill -9 the job, restart the broker, verify exactly-once",
-        description=_DESCRIPTION,
-    )
-
-    add = options_flags(p)
+    p, add = add_options_command(sub, "chaos", run, _HELP, _DESCRIPTION)
     add("--records", "records", int, "records to generate (default 20000)")
     add(
         "--rate",
@@ -104,7 +98,6 @@ def register(sub: SubParsers) -> None:
         float,
         "seconds a (re)started job may take to commit a batch (default 240)",
     )
-    p.set_defaults(func=run)
 
 
 def _say(text: str) -> None:

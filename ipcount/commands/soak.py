@@ -5,33 +5,28 @@ from __future__ import annotations
 
 import argparse
 
-from ipcount.commands import SubParsers, add_local_run_options, options_flags, options_from
+from ipcount.commands import SubParsers, add_local_run_options, add_options_command, options_from
 from ipcount.config import Settings
 
 __all__ = ["register", "run"]
 
 
-_DESCRIPTION = (
-    "Start a local broker (or use the configured one), fresh topics, `loadgen synth` at --rate "
-    "records per second for --duration seconds, and the Spark job (with its metrics endpoint). "
-    "Every --restart-every seconds stop the job, SIGTERM and SIGKILL in turn, and start it again "
-    "from its checkpoint. Every --report-every seconds print one line: batches committed, each "
-    "restart's time to its first committed batch, the checkpoint's bytes and files, the offset "
-    "and commit log entries, the state store's files, changelogs and snapshots, the job's "
-    "driver and Python worker memory (RSS), open file descriptors, the progress topic's records "
-    "and /healthz. These must stay flat in the job's age. At the end every count is verified "
-    "against the generator's ledger (read_committed). Global --set options apply to the job. "
-    "Exit 0 only if exact and the job never exited on its own."
-)
+_HELP = "run the job for a long time with periodic restarts; report figures per interval"
+
+_DESCRIPTION = """\
+Start a local broker (or use the configured one), fresh topics, `loadgen synth` at --rate records
+per second for --duration seconds, and the Spark job (with its metrics endpoint). Every
+--restart-every seconds stop the job, SIGTERM and SIGKILL in turn, and start it again from its
+checkpoint. Every --report-every seconds print one line: batches committed, each restart's time to
+its first committed batch, the checkpoint's bytes and files, the offset and commit log entries, the
+state store's files, changelogs and snapshots, the job's driver and Python worker memory (RSS),
+open file descriptors, the progress topic's records and /healthz. These must stay flat in the job's
+age. At the end every count is verified against the generator's ledger (read_committed). Global
+--set options apply to the job. Exit 0 only if exact and the job never exited on its own."""
 
 
 def register(sub: SubParsers) -> None:
-    p = sub.add_parser(
-        "soak",
-        help="run the job for a long time with periodic restarts; report figures per interval",
-        description=_DESCRIPTION,
-    )
-    add = options_flags(p)
+    p, add = add_options_command(sub, "soak", run, _HELP, _DESCRIPTION)
     add("--duration", "duration_seconds", float, "seconds of traffic (600)")
     add("--rate", "rate", float, "records per second (2000)")
     add(
@@ -42,7 +37,6 @@ def register(sub: SubParsers) -> None:
     add("--seed", "seed", int, "seed of the generated data (1)")
     add("--trigger-interval", "trigger_interval_seconds", float, "job.trigger_interval_seconds (1)")
     add_local_run_options(p, "soak", "soak", "logs, ledger, checkpoint, samples.jsonl")
-    p.set_defaults(func=run)
 
 
 def _say(text: str) -> None:

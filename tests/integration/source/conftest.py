@@ -23,7 +23,11 @@ def topic_with(bootstrap: str) -> Callable[[list[bytes]], str]:
             fut.result(timeout=30)
         producer = Producer(with_client_logging({"bootstrap.servers": bootstrap, "linger.ms": 5}))
         for value in values:
-            producer.produce(name, value=value, partition=0)
+            try:
+                producer.produce(name, value=value, partition=0)
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.flush(30)
+                producer.produce(name, value=value, partition=0)
         assert producer.flush(30) == 0
         return name
 

@@ -75,3 +75,66 @@ def test_a_live_drivers_dir_is_left_alone(tmp_path: Path) -> None:
     # Once the holder is gone its files are a dead driver's.
     assert claim_temp_dir(directory)
     assert sorted(p.name for p in directory.iterdir()) == [".lock"]
+
+
+def test_the_dirs_of_jobs_that_are_gone_are_removed(tmp_path: Path) -> None:
+    # One checkpoint's driver exited normally (its dir holds only the lock), another's was killed
+    # and its checkpoint deleted (tests, one-off runs): nothing will ever claim those two again.
+    exited, killed = tmp_path / "job-a", tmp_path / "job-b"
+    exited.mkdir()
+    (exited / ".lock").touch()
+    killed.mkdir()
+    _left_by_a_killed_driver(killed)
+    own = tmp_path / "job-c"
+
+    assert claim_temp_dir(own)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job-c"]
+
+
+def test_a_live_jobs_dir_is_not_swept(tmp_path: Path) -> None:
+    other = tmp_path / "job-a"
+    other.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(other / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        _left_by_a_killed_driver(other)
+
+        assert claim_temp_dir(tmp_path / "job-b")
+
+        assert (other / "blockmgr-1" / "0c" / "shuffle_0_1_0.data").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_dir_swept_while_being_claimed_is_claimed_anew(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Another start swept the directory between this one's open of the lock file and its lock:
+    # the lock it got is of a file no longer there, so it claims the directory again.
+    directory = tmp_path / "job-a"
+    real_flock = temp_dir.fcntl.flock
+    swept = []
+
+    def flock_after_a_sweep(fd: int, op: int) -> None:
+        if not swept:
+            swept.append(True)
+            temp_dir.shutil.rmtree(directory)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(temp_dir.fcntl, "flock", flock_after_a_sweep)
+
+    assert claim_temp_dir(directory)
+
+    assert (directory / ".lock").is_file()
+    held = temp_dir.os.fstat(temp_dir._held[directory])
+    assert held.st_ino == (directory / ".lock").stat().st_ino

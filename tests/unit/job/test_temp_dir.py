@@ -3,8 +3,10 @@ left, never while another live driver holds it."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,28 @@ def _release_locks():  # type: ignore[no-untyped-def]
     for fd in temp_dir._held.values():
         temp_dir.os.close(fd)
     temp_dir._held.clear()
+
+
+@contextlib.contextmanager
+def _locked_by_another_process(directory: Path) -> Iterator[None]:
+    """A live process holds directory's lock while the block runs."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(directory / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def _left_by_a_killed_driver(directory: Path) -> None:
@@ -52,26 +76,11 @@ def test_a_dead_drivers_files_are_removed_and_the_lock_kept(tmp_path: Path) -> N
 def test_a_live_drivers_dir_is_left_alone(tmp_path: Path) -> None:
     directory = tmp_path / "job-1"
     directory.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys, time\n"
-            f"fd = os.open({str(directory / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with _locked_by_another_process(directory):
         _left_by_a_killed_driver(directory)
 
         assert not claim_temp_dir(directory)
         assert (directory / "blockmgr-1" / "0c" / "shuffle_0_1_0.data").is_file()
-    finally:
-        holder.kill()
-        holder.wait()
     # Once the holder is gone its files are a dead driver's.
     assert claim_temp_dir(directory)
     assert sorted(p.name for p in directory.iterdir()) == [".lock"]
@@ -95,27 +104,12 @@ def test_the_dirs_of_jobs_that_are_gone_are_removed(tmp_path: Path) -> None:
 def test_a_live_jobs_dir_is_not_swept(tmp_path: Path) -> None:
     other = tmp_path / "job-a"
     other.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, os, sys, time\n"
-            f"fd = os.open({str(other / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with _locked_by_another_process(other):
         _left_by_a_killed_driver(other)
 
         assert claim_temp_dir(tmp_path / "job-b")
 
         assert (other / "blockmgr-1" / "0c" / "shuffle_0_1_0.data").is_file()
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_dir_swept_while_being_claimed_is_claimed_anew(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

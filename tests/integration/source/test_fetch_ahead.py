@@ -23,8 +23,8 @@ LINE = (
 )
 RANGE = 100_000
 BEHIND = 400_000
-# A consumer keeps a window of records fetched ahead (a chunk's worth and one fetch response),
-# so the task never waits on the network; it must not read the partition to its end.
+# A consumer keeps a window of records fetched ahead (queued.min.messages, 20k, and one fetch
+# response), so the task never waits on the network; it must not read the partition to its end.
 MAX_FETCHED_PAST_END = 40_000
 
 

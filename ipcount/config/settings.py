@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipcount.config.redaction import redact
+from ipcount.config.kafka_settings import KafkaSettings
 from ipcount.errors import ConfigError
 
 __all__ = [
@@ -41,39 +41,6 @@ MAX_RECORD_BYTES = 8192
 WIRE_FORMATS = ("single-object", "confluent")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000
-
-
-@dataclass(frozen=True)
-class KafkaSettings:
-    """Where Kafka is and how every client talks to it (`kafka.*` passthrough tables)."""
-
-    bootstrap_servers: str = "127.0.0.1:9092"
-    # librdkafka settings for every client (SASL/TLS go here), then per role.
-    client: dict[str, str] = field(default_factory=dict)
-    consumer: dict[str, str] = field(default_factory=dict)
-    producer: dict[str, str] = field(default_factory=dict)
-    admin: dict[str, str] = field(default_factory=dict)
-    # How long a CLI waits for the broker to answer before giving up.
-    connect_timeout_seconds: float = 10.0
-    # Workarounds for the embedded noida-db broker: "auto" (ask the broker), "noida-db", "none".
-    broker_quirks: str = "auto"
-
-    def to_librdkafka(self, role: str = "client") -> dict[str, str]:
-        """The dotted-key dict for one client role: consumer, producer, admin or client."""
-        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
-        conf.update(self.client)
-        if role in ("consumer", "producer", "admin"):
-            conf.update(getattr(self, role))
-        elif role != "client":
-            raise ValueError(f"unknown Kafka client role {role!r}")
-        return conf
-
-    def __repr__(self) -> str:
-        return (
-            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
-            f"client={redact(self.client)!r}, consumer={redact(self.consumer)!r}, "
-            f"producer={redact(self.producer)!r}, admin={redact(self.admin)!r})"
-        )
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def sink_options(
         opts[MAX_RECORD_BYTES] = str(max_record_bytes)
     if max_value_bytes is not None:
         opts[MAX_VALUE_BYTES] = str(max_value_bytes)
-    opts.update({f"kafka.{key}": value for key, value in k.client.items()})
+    opts.update({f"kafka.{key}": value for key, value in k.common().items()})
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
     return opts

@@ -19,6 +19,19 @@ def test_role_tables_do_not_leak_between_roles() -> None:
     assert "receive.message.max.bytes" not in s.kafka.to_librdkafka("producer")
 
 
+def test_every_client_gets_a_short_reconnect_backoff_unless_the_user_sets_one() -> None:
+    """librdkafka's 100 ms default holds a new client's first request ~50 ms (the sink opens
+    clients per task): ipcount's 10 ms is the default for every role, and kafka.* still wins."""
+    s = load_settings(CONF, env={})
+    for role in ("client", "consumer", "producer", "admin"):
+        assert s.kafka.to_librdkafka(role)["reconnect.backoff.ms"] == "10"
+    mine = load_settings(CONF, env={}, overrides=["kafka.client.reconnect.backoff.ms=250"])
+    assert mine.kafka.to_librdkafka("producer")["reconnect.backoff.ms"] == "250"
+    theirs = load_settings(CONF, env={}, overrides=["kafka.consumer.reconnect.backoff.ms=50"])
+    assert theirs.kafka.to_librdkafka("consumer")["reconnect.backoff.ms"] == "50"
+    assert theirs.kafka.to_librdkafka("producer")["reconnect.backoff.ms"] == "10"
+
+
 @pytest.mark.parametrize(
     ("env", "overrides", "message"),
     [

@@ -147,6 +147,8 @@ def test_sink_options_from_settings_round_trip() -> None:
     assert writer.config.producer_conf == {
         "bootstrap.servers": "10.0.0.1:9093",
         "security.protocol": "SASL_SSL",
+        # ipcount's default for every client (config.kafka_settings.CLIENT_DEFAULTS) reaches the tasks.
+        "reconnect.backoff.ms": "10",
         "linger.ms": "7",
     }
     assert writer.config.consumer_conf["fetch.max.bytes"] == "1000"

@@ -16,8 +16,8 @@ from ipcount.source.offsets import (
     TopicPartitionKey,
     Verdicts,
     follow_batches,
-    plan_ranges,
 )
+from ipcount.source.task_plan import plan_ranges
 
 __all__ = ["CountsFollower", "follower_start", "plan_followed", "unread_clean"]
 

@@ -1,4 +1,5 @@
-"""Offset arithmetic of the Kafka source (no broker): offset JSON, limits, task ranges, heartbeats.
+"""Offset arithmetic of the Kafka source (no broker): offset JSON, limits, heartbeats
+(the read tasks' ranges: source.task_plan).
 
 Runs on the driver (planning) and on executors (partition objects); all of it is picklable data.
 """
@@ -21,8 +22,6 @@ __all__ = [
     "OffsetRange",
     "parse_starting_offsets",
     "spread_limit",
-    "plan_ranges",
-    "group_ranges",
     "next_heartbeat",
     "flush_heartbeat",
     "Verdicts",
@@ -211,80 +210,6 @@ def spread_limit(
     for tp in sorted(keys, key=lambda k: -fraction[k])[:remainder]:
         share[tp] += 1
     return {tp: start.get(tp, 0) + share[tp] for tp in keys}
-
-
-def plan_ranges(
-    start: Mapping[TopicPartitionKey, int],
-    end: Mapping[TopicPartitionKey, int],
-    min_partitions: int | None = None,
-    max_records_per_partition: int | None = None,
-    min_split_records: int | None = None,
-) -> list[OffsetRange]:
-    """The non-empty offset ranges between two offsets, split into read tasks.
-
-    Like Spark's Kafka source: one task per topic partition, unless
-    - min_partitions exceeds the number of ranges: a range then gets
-      max(1, round(size / total * min_partitions)) tasks, but with min_split_records none
-      smaller than that (a task's fixed cost outweighs what splitting a small range saves);
-    - max_records_per_partition is set: a range gets at least ceil(size / max) tasks;
-    whichever asks for more, never more tasks than records, sizes as even as possible.
-    Partitions missing from `start` are new and start at 0; ranges whose end lies before their
-    start (data loss the driver already reported) are skipped.
-    """
-    ranges = [
-        OffsetRange(topic, partition, start.get((topic, partition), 0), end[(topic, partition)])
-        for topic, partition in sorted(end)
-        if end[(topic, partition)] > start.get((topic, partition), 0)
-    ]
-    spread = min_partitions if min_partitions and min_partitions > len(ranges) else 0
-    if not spread and not max_records_per_partition:
-        return ranges
-    total = sum(r.size for r in ranges)
-    out: list[OffsetRange] = []
-    for r in ranges:
-        parts = 1
-        if spread:
-            # Round half up in integers: floor((2 * size * min + total) / (2 * total)).
-            parts = max(1, (2 * r.size * spread + total) // (2 * total))
-            if min_split_records:
-                parts = max(1, min(parts, r.size // min_split_records))
-        if max_records_per_partition:
-            parts = max(parts, -(-r.size // max_records_per_partition))
-        parts = min(parts, r.size)
-        remaining, begin = r.size, r.start
-        for i in range(parts):
-            this = remaining // (parts - i)
-            remaining -= this
-            out.append(OffsetRange(r.topic, r.partition, begin, begin + this))
-            begin += this
-    return out
-
-
-def group_ranges(
-    ranges: Sequence[OffsetRange], min_split_records: int | None
-) -> list[list[OffsetRange]]:
-    """The read tasks of a batch's ranges: with `min_split_records` (auto splitting), ranges that
-    together hold fewer records than that many per task share tasks, balanced by size (the
-    largest range first into the emptiest task); each task's ranges in topic, partition order.
-
-    A live batch of a few thousand records over three partitions is then one task, not three:
-    a task costs a Python worker's hand-over and a Kafka consumer (tens of ms of Spark and client
-    set-up), more than its records (~2 us each). Without it (an explicit split), one task per
-    range. Deterministic: a replayed batch plans the same tasks.
-    """
-    if not min_split_records:
-        return [[r] for r in ranges]
-    tasks = max(1, min(len(ranges), sum(r.size for r in ranges) // min_split_records))
-    if tasks >= len(ranges):
-        return [[r] for r in ranges]
-    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
-    sizes = [0] * tasks
-    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
-        emptiest = sizes.index(min(sizes))
-        groups[emptiest].append(r)
-        sizes[emptiest] += r.size
-    ordered = [sorted(g, key=lambda r: (r.topic, r.partition, r.start)) for g in groups]
-    return sorted(ordered, key=lambda g: (g[0].topic, g[0].partition, g[0].start))
 
 
 def next_heartbeat(

@@ -35,14 +35,13 @@ from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
     TopicPartitionKey,
-    group_ranges,
     lag_report,
-    plan_ranges,
     spread_limit,
 )
 from ipcount.source.options import SourceOptions, parse_options
 from ipcount.source.pacing import Admission
 from ipcount.source.schema import SCHEMA, schema_for
+from ipcount.source.task_plan import plan_tasks
 
 __all__ = ["SCHEMA", "KafkaDataSource", "KafkaStreamReader", "KafkaInputPartition"]
 
@@ -50,8 +49,8 @@ logger = logging.getLogger(__name__)
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: an offset range of one topic partition (and, for the counting query's
-    small batches, `more` ranges read one after the other: offsets.group_ranges), and/or the
+    """One Spark task: an offset range of one topic partition (and, for the counting query,
+    `more` ranges read one after the other: source.task_plan), and/or the
     batch's heartbeat; `late_before_ms`: the batch's watermark for late records (None: unknown);
     `batch_ms`: the batch's time from the offset log (None: unknown), which bounds event times
     (future)."""
@@ -312,14 +311,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for rng, judged in followed
             ]
         else:
-            ranges = plan_ranges(begin.offsets, finish.offsets, *split)
             if opts.clean_range_markers and batch_id is not None:
                 # What the dead-letter query needs of this batch, past Spark's offset-log purge.
                 batch = CountedBatch(batch_id, begin.offsets, finish.offsets, batch_ms or 0)
                 record_batch(opts.query_checkpoint, batch)
             tasks = [
                 KafkaInputPartition(group[0], None, late_before, batch_ms, tuple(group[1:]))
-                for group in group_ranges(ranges, opts.min_split_records)
+                for group in plan_tasks(begin.offsets, finish.offsets, *split)
             ]
         hb = finish.heartbeat
         if hb is not None and hb != begin.heartbeat:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -13,12 +14,11 @@ from ipcount.source.offsets import (
     OffsetRange,
     SourceOffset,
     flush_heartbeat,
-    group_ranges,
     next_heartbeat,
     parse_starting_offsets,
-    plan_ranges,
     spread_limit,
 )
+from ipcount.source.task_plan import group_ranges, plan_ranges
 
 
 def test_offset_json_round_trip_and_fixed_key_order() -> None:
@@ -146,8 +146,9 @@ def test_plan_ranges_min_split_records_leaves_small_ranges_whole() -> None:
     assert plan_ranges(start, small, min_partitions=4) != plan_ranges(start, small)
     assert plan_ranges(start, small, 4, None, 50_000) == plan_ranges(start, small)
     large = {("t", 0): 333_000, ("t", 1): 333_000, ("t", 2): 120_000}
+    # Four tasks of 196,500 records, the partitions taken end to end (cut where a task ends).
     sizes = [r.size for r in plan_ranges(start, large, 4, None, 50_000)]
-    assert sizes == [166_500] * 4 + [120_000]
+    assert sizes == [196_500, 136_500, 60_000, 196_500, 76_500, 120_000]
     # Never into parts below the minimum: 120k records split at most in two.
     parts = plan_ranges({("t", 0): 0}, {("t", 0): 120_000}, 8, None, 50_000)
     assert [r.size for r in parts] == [60_000, 60_000]
@@ -225,3 +226,62 @@ def test_flush_heartbeat_at_the_cap_then_one_more_batch() -> None:
     # The second flush is the batch that applies the watermark the first one moved.
     assert flush_heartbeat(Heartbeat(3, 1_500, 1_000), 1_000, 500) == Heartbeat(4, 1_501, 1_000)
     assert flush_heartbeat(Heartbeat(4, 1_501, 1_000), 1_000, 500) is None
+
+
+def _counting_tasks(
+    start: dict, end: dict, cores: int, checkpoint: Path
+) -> list[list[OffsetRange]]:
+    """The read tasks the counting query plans for one batch, with the default settings
+    (job.min_partitions = 0: auto) on `cores` cores: each task's offset ranges."""
+    from ipcount.config.settings import Settings
+    from ipcount.source.options import parse_options, source_options
+    from ipcount.source.reader import KafkaStreamReader
+
+    opts = source_options(Settings(), cores=cores, query_checkpoint=str(checkpoint))
+    opts["kafka.bootstrap.servers"] = "unused:9092"
+    reader = KafkaStreamReader(parse_options(opts))
+    begin, finish = SourceOffset(start).to_json(), SourceOffset(end).to_json()
+    # The batch as Spark's offset log holds it (its time judges future records).
+    log = checkpoint / "offsets"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / "0").write_text(f'v1\n{{"batchTimestampMs": 1}}\n{json.dumps(finish)}')
+    tasks = reader.partitions(begin, finish)
+    return [list(t.ranges) for t in tasks]
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [(166_667, 166_667, 166_666), (333_000, 333_000, 120_000), (500_000,), (250_000, 250_000)],
+)
+def test_a_backlog_batch_keeps_every_core_busy_to_its_end(
+    sizes: tuple[int, ...], tmp_path: Path
+) -> None:
+    """Auto split on 2 cores: a backlog batch is read by 4 tasks of (almost) the same size, so
+    both cores work until the batch's last record; three partitions used to make 3 tasks (2
+    cores, then 1: a quarter of the map stage's core time idle). The tasks cover every offset
+    once, each a run of consecutive ranges."""
+    start = {("src", p): 1_000 for p in range(len(sizes))}
+    end = {("src", p): 1_000 + n for p, n in enumerate(sizes)}
+    tasks = _counting_tasks(start, end, 2, tmp_path)
+    task_sizes = [sum(r.size for r in t) for t in tasks]
+    assert len(tasks) == 4
+    assert max(task_sizes) - min(task_sizes) <= 1
+    pieces = sorted((r for t in tasks for r in t), key=lambda r: (r.partition, r.start))
+    for p, n in enumerate(sizes):
+        mine = [r for r in pieces if r.partition == p]
+        assert mine[0].start == 1_000 and mine[-1].end == 1_000 + n
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+
+
+def test_a_live_batch_is_still_one_task(tmp_path: Path) -> None:
+    """A few thousand records over three partitions: one task reads them all (a task's fixed
+    cost outweighs what splitting saves); two tasks' worth: two tasks of the same size."""
+    start = {("src", p): 0 for p in range(3)}
+    small = _counting_tasks(
+        start, {("src", 0): 5_139, ("src", 1): 4_299, ("src", 2): 9_852}, 2, tmp_path
+    )
+    assert [[(r.partition, r.start, r.end) for r in t] for t in small] == [
+        [(0, 0, 5_139), (1, 0, 4_299), (2, 0, 9_852)]
+    ]
+    mid = _counting_tasks(start, {("src", p): 40_000 for p in range(3)}, 2, tmp_path)
+    assert [sum(r.size for r in t) for t in mid] == [60_000, 60_000]

@@ -3,6 +3,8 @@ which batch time judges each record."""
 
 from __future__ import annotations
 
+import pytest
+
 from ipcount.source.follow import plan_followed
 from ipcount.source.offsets import (
     OffsetRange,
@@ -69,13 +71,24 @@ def _tasks(options: dict[str, str], start: SourceOffset, end: SourceOffset) -> l
     reader = KafkaStreamReader(
         parse_options({"subscribe": "src", "kafka.bootstrap.servers": "unused:9092", **options})
     )
-    return [(t.range, t.batch_ms) for t in reader.partitions(start.to_json(), end.to_json())]
+    tasks = reader.partitions(start.to_json(), end.to_json())
+    return [(rng, t.batch_ms) for t in tasks for rng in t.ranges]
 
 
-def test_dead_letter_tasks_read_exactly_the_ranges_the_counting_tasks_read() -> None:
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"minPartitions": "3", "maxRecordsPerPartition": "100"},
+        # Auto: equal tasks cut across partitions (a task reads the end of one and the start of
+        # the next).
+        {"minPartitions": "4", "minSplitRecords": "50"},
+    ],
+)
+def test_dead_letter_tasks_read_exactly_the_ranges_the_counting_tasks_read(
+    split: dict[str, str],
+) -> None:
     # The counting query's two batches, split into tasks by its options (clean-range markers
     # match only a range the counting query read as one task).
-    split = {"minPartitions": "3", "maxRecordsPerPartition": "100"}
     batches = [({P0: 0, P1: 0}, {P0: 150, P1: 30}, 1_000), ({P0: 150, P1: 30}, {P0: 300}, 2_000)]
     counted = [
         (rng, ts)

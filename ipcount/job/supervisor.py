@@ -167,6 +167,7 @@ def _run(
     timeout: float | None,
 ) -> int:
     from ipcount.job.jvm_archive import finish_training
+    from ipcount.observe.listener import detach_listeners
     from ipcount.observe.progress import ProgressLogger
 
     session, prepared = _session(settings, spark, mode)
@@ -183,7 +184,9 @@ def _run(
 
     def _request_stop(signum: int, _frame: FrameType | None) -> None:
         logger.info(
-            "received %s: stopping after the current micro-batch", signal.Signals(signum).name
+            "received %s: stopping the queries (a micro-batch in flight is cancelled, nothing of "
+            "it visible, and replayed from its offsets at the next start)",
+            signal.Signals(signum).name,
         )
         watch.stop.set()
         if metrics is not None:
@@ -201,8 +204,8 @@ def _run(
         )
 
     def _remove_listeners() -> None:
-        for listener in listeners:
-            session.streams.removeListener(listener)
+        # Once they have handled the stopped queries' last events (observe.listener).
+        detach_listeners(session, listeners)
 
     try:
         queries = _start()

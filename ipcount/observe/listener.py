@@ -3,6 +3,7 @@ progress's JSON, which is all they read."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -12,7 +13,9 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-__all__ = ["JsonProgress", "JsonProgressEvent", "ProgressListener"]
+__all__ = ["JsonProgress", "JsonProgressEvent", "ProgressListener", "detach_listeners"]
+
+logger = logging.getLogger(__name__)
 
 
 class JsonProgress:
@@ -77,3 +80,23 @@ class ProgressListener(StreamingQueryListener):
                 raise RuntimeError("no SparkContext: start the Spark session first")
             self._jlistenerobj = jvm.PythonStreamingQueryListenerWrapper(_JavaListener(self))
         return self._jlistenerobj
+
+
+def detach_listeners(
+    spark: Any, listeners: list[StreamingQueryListener], timeout_s: float = 10.0
+) -> None:
+    """Remove `listeners` from `spark`'s streaming queries once Spark's listener bus has delivered
+    every event posted so far (a stopped query's QueryTerminatedEvent is posted before `stop()`
+    returns, and delivered later, on the bus's thread).
+
+    Removed while an event is on its way, a Python listener is still called with it, and when
+    the job's Python process is exiting by then, Spark logs an ERROR with a py4j trace ("Error
+    while sending a command"). Waits at most `timeout_s`; a bus that does not drain in time (or
+    cannot be asked) is logged at debug and the listeners are removed anyway.
+    """
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(int(timeout_s * 1000))
+    except Exception as exc:  # py4j: a TimeoutException, or no JVM any more
+        logger.debug("listener bus not drained before removing the listeners: %s", exc)
+    for listener in listeners:
+        spark.streams.removeListener(listener)

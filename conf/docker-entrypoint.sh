@@ -33,7 +33,8 @@ driver_pid() {
 }
 
 # SIGTERM to the JVM would stop the SparkContext under the running query; SIGTERM to the Python
-# driver stops the query cleanly after the current micro-batch (then the JVM exits on its own).
+# driver stops the queries cleanly (a micro-batch in flight is cancelled and replayed at the next
+# start; then the JVM exits on its own).
 forward() {
     local driver
     driver="$(driver_pid "$submit_pid")"

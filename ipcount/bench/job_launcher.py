@@ -152,7 +152,7 @@ def start_job_child(
 
 
 def stop_job_child(child: Child, grace: float = 60.0) -> None:
-    """SIGTERM (the job stops cleanly after its current micro-batch), SIGKILL after `grace`."""
+    """SIGTERM (the job stops its queries cleanly), SIGKILL after `grace`."""
     child.stop(grace, kill_wait=None)
 
 

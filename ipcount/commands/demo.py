@@ -167,7 +167,7 @@ class _Demo:
         if live.wait(timeout=4) is None:
             live.send_signal(signal.SIGINT)
             live.wait(timeout=30)
-        _say("stopping the job (SIGTERM: it finishes its current micro-batch)")
+        _say("stopping the job (SIGTERM: a clean stop)")
         job.stop(120)
         return self._report(verify)
 

@@ -143,7 +143,8 @@ class JobProcess(_ChildRun):
         self.child.reap()
 
     def terminate(self, timeout: float = 90.0) -> int | None:
-        """SIGTERM the driver (clean stop after the current micro-batch); SIGKILL after timeout."""
+        """SIGTERM the driver (a clean stop: a micro-batch in flight is cancelled and replayed at
+        the next start); SIGKILL after timeout."""
         self.child.stop(timeout)
         self.child.reap()
         return self.returncode

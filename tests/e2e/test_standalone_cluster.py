@@ -273,7 +273,7 @@ def test_job_on_standalone_cluster_both_shipping_routes(  # type: ignore[no-unty
         job.send_signal(signal.SIGTERM)
         first_log = _finish(job, tmp_path / "first.log", 60)
         assert "entrypoint: stopping the job (driver pid " in first_log
-        assert "received SIGTERM: stopping after the current micro-batch" in first_log
+        assert "received SIGTERM: stopping the queries" in first_log
         first_app = _app_ids(events)
         print(f"installed route stopped after {time.monotonic() - started:.1f}s")
         # Every window so far is closed: the next records are later in event time.

@@ -68,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ipcount import logsetup
     from ipcount.config import RunMode, load_settings
     from ipcount.job.jvm_archive import finish_training
-    from ipcount.job.session import build_session
-    from ipcount.job.supervisor import run_job
+    from ipcount.job.supervisor import open_session, run_job
 
     logsetup.configure(os.environ.get("IPCOUNT_LOG_LEVEL", "INFO"))
     settings = load_settings(args.config, overrides=args.overrides)
@@ -78,7 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # As `ipcount run`: the first run of an install writes the JVM class archive when its JVM
     # exits (after the result), so a user whose first runs are benchmarks measures the job as it
     # starts from then on, not without the archive every time.
-    session = build_session(settings, _pairs(args.spark_conf, "--spark-conf"), train_archive=True)
+    mode = RunMode(available_now=args.available_now, close_all_windows=args.close_all_windows)
+    # As `ipcount run` opens it: Python workers started ahead, the Kafka side of the start done
+    # while the JVM starts.
+    session, prepared = open_session(settings, mode, _pairs(args.spark_conf, "--spark-conf"))
     session_ready = time.time()
     events: list[dict[str, Any]] = []
     listener = _listener(events, result_path.with_name(result_path.name + STARTED_SUFFIX))
@@ -95,8 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_started = time.time()
     status = 1
     try:
-        mode = RunMode(available_now=args.available_now, close_all_windows=args.close_all_windows)
-        status = run_job(settings, mode=mode, timeout=args.timeout, spark=session)
+        status = run_job(
+            settings, mode=mode, timeout=args.timeout, spark=session, prepared=prepared
+        )
     finally:
         run_ended = time.time()
         session.streams.removeListener(listener)

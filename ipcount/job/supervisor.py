@@ -8,6 +8,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ from ipcount.job.job_queries import JobQueries
 from ipcount.job.pipeline import Prepared, preflight, prepare_start, start_job
 from ipcount.job.restarts import RestartBudget
 
-__all__ = ["run_job", "is_fatal", "short_error"]
+__all__ = ["run_job", "open_session", "is_fatal", "short_error"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,13 +131,16 @@ def run_job(
     mode: RunMode = RunMode(),
     timeout: float | None = None,
     spark: SparkSession | None = None,
+    prepared: Prepared | None = None,
     metrics_port: int | None = None,
 ) -> int:
     """Run the job until it ends (`mode.available_now`), `timeout` passes, SIGTERM/Ctrl-C, or a
     query fails for good (fatal, or more than job.restart_attempts restarts within
     job.restart_window_seconds).
 
-    `metrics_port`: serve /metrics and /healthz there (None: metrics.port; 0: off).
+    `spark`: a session of the caller's (else one is opened: `open_session`), and `prepared`
+    what `open_session` prepared with it. `metrics_port`: serve /metrics and /healthz there
+    (None: metrics.port; 0: off).
 
     Returns:
         0 when the queries stopped cleanly, 1 when one failed.
@@ -153,7 +157,7 @@ def run_job(
     if observed is not None:
         observed.start()
     try:
-        return _run(settings, observed, spark, mode, timeout)
+        return _run(settings, observed, spark, prepared, mode, timeout)
     finally:
         if observed is not None:
             observed.stop()
@@ -163,6 +167,7 @@ def _run(
     settings: Settings,
     observed: Observability | None,
     spark: SparkSession | None,
+    prepared: Prepared | None,
     mode: RunMode,
     timeout: float | None,
 ) -> int:
@@ -170,7 +175,10 @@ def _run(
     from ipcount.observe.listener import detach_listeners
     from ipcount.observe.progress import ProgressLogger
 
-    session, prepared = _session(settings, spark, mode)
+    if spark is None:
+        session, prepared = open_session(settings, mode)
+    else:
+        session = spark
     listeners: list[StreamingQueryListener] = [ProgressLogger()]
     if observed is not None:
         listeners.append(observed.listener)
@@ -240,23 +248,24 @@ def _run(
     return 1 if failed else 0
 
 
-def _session(
-    settings: Settings, spark: SparkSession | None, mode: RunMode
+def open_session(
+    settings: Settings, mode: RunMode = RunMode(), extra: Mapping[str, str] | None = None
 ) -> tuple[SparkSession, Prepared | None]:
-    """The Spark session and, when this process starts Spark and the checkpoint is local, the
-    start's Kafka side (`prepare_start`: fencing, the sink history check), done in a thread
-    while the JVM and the session start: the two take seconds each and need nothing of each
-    other."""
+    """The job's Spark session (`extra`: more Spark settings), its Python workers started ahead
+    (job.warmup), and, when the checkpoint is local, the start's Kafka side (`prepare_start`:
+    fencing, the sink history check), done in a thread while the JVM and the session start: the
+    two take seconds each and need nothing of each other. `ipcount run` starts this way, and so
+    does the job under benchmark (bench.timed_job)."""
     from ipcount.job.session import build_session
     from ipcount.job.warmup import warm_python_workers
 
-    if spark is not None:
-        return spark, None
     if local_path(settings.job.checkpoint_location) is None:
-        return build_session(settings, train_archive=True), None
+        session = build_session(settings, extra, train_archive=True)
+        warm_python_workers(session)
+        return session, None
     with ThreadPoolExecutor(1, thread_name_prefix="ipcount-prepare") as pool:
         ahead = pool.submit(prepare_start, settings, mode=mode)
-        session = build_session(settings, train_archive=True)
+        session = build_session(settings, extra, train_archive=True)
         warm_python_workers(session)
         return session, ahead.result()
 

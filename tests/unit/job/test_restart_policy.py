@@ -101,7 +101,7 @@ def _run_runner(
     metrics = JobMetrics()
     observed = SimpleNamespace(metrics=metrics, listener=object())
     session = SimpleNamespace(streams=streams)
-    return supervisor._run(settings, observed, session, mode, None), metrics
+    return supervisor._run(settings, observed, session, None, mode, None), metrics
 
 
 def test_a_new_query_is_new_only_at_its_first_start(monkeypatch: pytest.MonkeyPatch) -> None:

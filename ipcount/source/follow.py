@@ -17,7 +17,7 @@ from ipcount.source.offsets import (
     Verdicts,
     follow_batches,
 )
-from ipcount.source.task_plan import plan_ranges
+from ipcount.source.task_plan import plan_tasks
 
 __all__ = ["CountsFollower", "follower_start", "plan_followed", "unread_clean"]
 
@@ -144,7 +144,7 @@ def plan_followed(
     min_split_records: int | None = None,
 ) -> list[tuple[OffsetRange, int | None]]:
     """The dead-letter tasks of one batch, with the batch time that judges each: every followed
-    counting batch split as that query split it (plan_ranges over that batch's own start and end),
+    counting batch split as that query split it (plan_tasks over that batch's own start and end),
     so a task reads a range a counting task read (source.clean_ranges); offsets past the verdicts
     (none in practice) get None."""
     batches: dict[int, tuple[dict[TopicPartitionKey, int], dict[TopicPartitionKey, int]]] = {}
@@ -165,9 +165,12 @@ def plan_followed(
             rest[0][tp], rest[1][tp] = pos, end[tp]
     split = (min_partitions, max_records_per_partition, min_split_records)
     tasks: list[tuple[OffsetRange, int | None]] = [
-        (rng, ts) for ts in sorted(batches) for rng in plan_ranges(*batches[ts], *split)
+        (rng, ts)
+        for ts in sorted(batches)
+        for task in plan_tasks(*batches[ts], *split)
+        for rng in task
     ]
-    return tasks + [(rng, None) for rng in plan_ranges(*rest, *split)]
+    return tasks + [(rng, None) for task in plan_tasks(*rest, *split) for rng in task]
 
 
 def unread_clean(

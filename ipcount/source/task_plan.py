@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from ipcount.source.offsets import OffsetRange, TopicPartitionKey
 
-__all__ = ["plan_tasks", "plan_ranges", "group_ranges"]
+__all__ = ["plan_tasks", "group_ranges"]
 
 
 def plan_tasks(
@@ -44,19 +44,6 @@ def plan_tasks(
     if max_records_per_partition:
         tasks = max(tasks, -(-total // max_records_per_partition))
     return _slices(ranges, min(tasks, total))
-
-
-def plan_ranges(
-    start: Mapping[TopicPartitionKey, int],
-    end: Mapping[TopicPartitionKey, int],
-    min_partitions: int | None = None,
-    max_records_per_partition: int | None = None,
-    min_split_records: int | None = None,
-) -> list[OffsetRange]:
-    """Every range `plan_tasks` gives a task, in task order: what the dead-letter query reads of
-    a counting batch (the same cuts, so a clean-range marker matches)."""
-    split = (min_partitions, max_records_per_partition, min_split_records)
-    return [r for task in plan_tasks(start, end, *split) for r in task]
 
 
 def _nonempty(

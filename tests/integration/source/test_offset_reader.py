@@ -149,6 +149,34 @@ def test_min_batch_interval_holds_new_records_unless_they_close_a_window(bootstr
         reader.stop()
 
 
+def test_a_look_at_the_tails_does_not_hold_the_next_plan(bootstrap: str) -> None:
+    """Spark starts a query with initialOffset, latestOffset (which looks at the partitions'
+    last records to pace admission) and initialOffset again (the first batch's start). A broker
+    answers one connection's requests in order, and the look's consumer leaves a fetch open at the
+    log's end for fetch.wait.max.ms: a metadata request sent on that connection waited behind it
+    (measured: 0.44-0.48 s with the default 500 ms, on every `ipcount run` over a backlog). With a
+    10 s hold the old code took ~10 s here."""
+    topic = _topic(bootstrap, 2)
+    _produce(bootstrap, topic, 0, 20)
+    _produce(bootstrap, topic, 1, 20, first=100)
+    reader = _reader(
+        bootstrap,
+        topic,
+        startingOffsets="earliest",
+        minBatchIntervalMs="3000",
+        windowMs="5000",
+        **{"kafka.fetch.wait.max.ms": "10000"},
+    )
+    try:
+        start = reader.initialOffset()
+        reader.latestOffset(start, ReadAllAvailable())  # the first plan looks at the tails
+        began = time.monotonic()
+        assert reader.initialOffset() == start
+        assert time.monotonic() - began < 5.0, "the plan waited behind the look's open fetch"
+    finally:
+        reader.stop()
+
+
 def test_starting_offsets_json_and_missing_topic(bootstrap: str) -> None:
     topic = _topic(bootstrap, 2)
     _produce(bootstrap, topic, 0, 5)

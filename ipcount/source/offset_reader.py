@@ -131,6 +131,7 @@ class KafkaOffsetReader:
         for topic in self._options.topics:
             deadline = time.monotonic() + DRIVER_TIMEOUT_S
             while True:
+                err: KafkaError | KafkaException | None
                 try:
                     md = admin.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
                     tmd = md.topics.get(topic)

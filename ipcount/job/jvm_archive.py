@@ -26,6 +26,11 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 # How long a training run's JVM may take to write the archive when it exits (measured: ~8 s).
 _DUMP_SECONDS = 120.0
 _STALE_SECONDS = 3600.0
+# An archive no start has used for this long is removed when another is trained (each is
+# ~170 MB; every install, upgrade or option change trains its own). A start that uses one marks
+# it used (its modification time), at most once an hour.
+_UNUSED_SECONDS = 14 * 86400.0
+_MARK_USED_SECONDS = 3600.0
 
 _training: JvmArchive | None = None
 
@@ -93,6 +98,7 @@ def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArch
         return None
     path = root / f"spark-{digest.hexdigest()[:16]}.jsa"
     if path.is_file():
+        _mark_used(path)
         return JvmArchive(path, conf_dir, training=False)
     if not train:
         return None
@@ -100,15 +106,26 @@ def plan_archive(spark_home: Path, java_options: str, *, train: bool) -> JvmArch
     return JvmArchive(path, conf_dir, training=True)
 
 
+def _mark_used(path: Path) -> None:
+    try:
+        if path.stat().st_mtime < time.time() - _MARK_USED_SECONDS:
+            os.utime(path)
+    except OSError as exc:  # another user's cache: it is only kept for a while longer
+        logger.debug("cannot mark %s used: %s", path, exc)
+
+
 def _remove_stale(root: Path) -> None:
-    """Partial archives of training runs that were killed while their JVM wrote (hours old)."""
-    cutoff = time.time() - _STALE_SECONDS
-    for partial in root.glob("spark-*.jsa.tmp*"):
-        try:
-            if partial.stat().st_mtime < cutoff:
-                partial.unlink()
-        except OSError:
-            pass
+    """Partial archives of training runs that were killed while their JVM wrote (hours old), and
+    archives no start has used for _UNUSED_SECONDS (another install's, or an upgraded one's)."""
+    now = time.time()
+    for pattern, age in (("spark-*.jsa.tmp*", _STALE_SECONDS), ("spark-*.jsa", _UNUSED_SECONDS)):
+        for old in root.glob(pattern):
+            try:
+                if old.stat().st_mtime < now - age:
+                    old.unlink()
+                    logger.debug("removed the unused JVM class archive %s", old)
+            except OSError:
+                pass
 
 
 def started(archive: JvmArchive) -> None:

@@ -91,6 +91,29 @@ def test_a_training_start_removes_partial_archives_of_killed_runs(home: Path) ->
     assert not old.exists() and fresh.exists()
 
 
+def test_archives_no_start_has_used_for_long_are_removed_when_another_is_trained(
+    home: Path,
+) -> None:
+    # Each install, upgrade or option change trains an archive of ~170 MB: those its starts no
+    # longer use must not pile up in the cache (ten of them, 1.5 GB, after two days here).
+    def archive(options: str) -> Path:
+        planned = plan_archive(home, options, train=True)
+        assert planned is not None
+        if planned.training:
+            planned.path.write_bytes(b"archive")
+        return planned.path
+
+    kept, used, old, older = (archive(f"-Dn={n}") for n in range(4))
+    long_ago = time.time() - 40 * 86400
+    for path in (kept, used, old, older):
+        os.utime(path, (long_ago, long_ago))
+    assert archive("-Dn=1") == used  # a start that uses an archive marks it used
+    assert used.stat().st_mtime > time.time() - 60
+    fresh = archive("-Dn=new")  # a training start removes those unused for weeks
+    assert fresh.exists() and used.exists()
+    assert not kept.exists() and not old.exists() and not older.exists()
+
+
 def test_each_install_of_the_same_spark_gets_an_archive_of_its_own(home: Path) -> None:
     # A second virtualenv (or CI's .venv beside a user's) holds the same jars at another path: the
     # JVM ignores an archive made for another class path, so that install must train its own.

@@ -123,7 +123,7 @@ def _remove_stale(root: Path) -> None:
             try:
                 if old.stat().st_mtime < now - age:
                     old.unlink()
-                    logger.debug("removed the unused JVM class archive %s", old)
+                    logger.debug("removed %s: not touched for %g s", old, age)
             except OSError:
                 pass
 

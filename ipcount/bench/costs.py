@@ -93,7 +93,7 @@ def _hand_off(options: SourceOptions, batches: Iterable[pa.RecordBatch]) -> int:
     from pyspark.sql.pandas.serializers import ArrowStreamSerializer
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
-    from ipcount.source.reader import KafkaDataSource
+    from ipcount.source.data_source import KafkaDataSource
     from ipcount.source.schema import COUNTS_SCHEMA
 
     source = KafkaDataSource({"subscribe": ",".join(options.topics)})

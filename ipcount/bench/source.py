@@ -20,8 +20,10 @@ from ipcount.config import load_settings
 from ipcount.formats.accesslog import format_record
 from ipcount.kafka.client import with_client_logging
 from ipcount.kafka.quirks import broker_quirks
+from ipcount.source.data_source import KafkaDataSource
 from ipcount.source.offsets import OffsetRange
-from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition
+from ipcount.source.reader import KafkaInputPartition
+from ipcount.source.schema import SCHEMA
 
 __all__ = ["run_source"]
 

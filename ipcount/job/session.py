@@ -368,15 +368,20 @@ def _check_py_files(launched: Mapping[str, str]) -> None:
         )
 
 
+# ipcount's Python data sources, by module and class: the Kafka source, the transactional sink,
+# and the start's warm-up. Spark's planner processes import these modules to create them.
+DATA_SOURCES = (
+    ("ipcount.source.data_source", "KafkaDataSource"),
+    ("ipcount.sink.data_source", "KafkaTxnDataSource"),
+    ("ipcount.job.warmup", "WarmupDataSource"),
+)
+
+
 def register_data_sources(spark: SparkSession) -> None:
     """Register ipcount's Python data sources (the Kafka source and the transactional sink)."""
     import importlib
 
-    for module_name, class_name in (
-        ("ipcount.source.reader", "KafkaDataSource"),
-        ("ipcount.sink.writer", "KafkaTxnDataSource"),
-        ("ipcount.job.warmup", "WarmupDataSource"),
-    ):
+    for module_name, class_name in DATA_SOURCES:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:

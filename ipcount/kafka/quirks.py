@@ -8,9 +8,6 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import ConfigResource, ResourceType
-
 from ipcount.errors import ConfigError
 
 __all__ = [
@@ -96,6 +93,11 @@ def broker_quirks(
 
 
 def _detect(conf: Mapping[str, str], timeout: float) -> BrokerQuirks:
+    # The Kafka client is imported here, on the driver only: the source's options (and so this
+    # module) are also loaded where Spark creates the data source (source.data_source).
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
     from ipcount.kafka.client import admin_client, describe_kafka_error
 
     admin = admin_client(conf)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import types as T
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from ipcount import logsetup
 from ipcount.config import Settings, SinkSettings
@@ -24,7 +24,7 @@ from ipcount.sink.sessions import abort_open_transaction, session_for
 from ipcount.sink.task_commit import commit_task, written_by
 from ipcount.worker_gc import freeze_long_lived
 
-__all__ = ["KafkaTxnDataSource", "KafkaTxnStreamWriter", "sink_options"]
+__all__ = ["KafkaTxnStreamWriter", "sink_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,30 +112,6 @@ def sink_options(
     opts.update({f"kafka.producer.{key}": value for key, value in k.producer.items()})
     opts.update({f"kafka.consumer.{key}": value for key, value in k.consumer.items()})
     return opts
-
-
-class KafkaTxnDataSource(DataSource):
-    """Exactly-once Kafka sink: one transaction per sink task and micro-batch, one more on the
-    driver for the query's marker; committed batches are not rewritten.
-
-    Options: topic, progressTopic, queryId (required); lateTopic (counts mode: rows with a true
-    `late` column go there, in the same transaction); queryCheckpoint (the query's
-    checkpointLocation: markers record each batch's source offsets, commit receipts are kept
-    there, and both are checked against each other, see sink.history); transactionalId (default
-    ipcount-<queryId>); maxRecordBytes, maxValueBytes (raw mode: every record is bounded to fit,
-    see sink.dead_letters),
-    transactionTimeoutMs, retryDeadlineSeconds, wireFormat, schemaRegistryUrl, mode
-    ('counts' | 'raw'); logLevel, logFormat (the sink's Python workers log at the job's level and
-    format: each batch's line of what its tasks wrote, sink.task_commit); kafka.<key> (producer
-    and consumer), kafka.producer.<key>, kafka.consumer.<key> (librdkafka settings).
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        return "ipcount-kafka-txn"
-
-    def streamWriter(self, schema: T.StructType, overwrite: bool) -> KafkaTxnStreamWriter:
-        return KafkaTxnStreamWriter(self.options, schema)
 
 
 class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ipcount.formats.arrow_parse import OK, ChunkParser, ParsedChunk, malformed_reason
-from ipcount.source.schema import COUNTS_ARROW_SCHEMA, TIMESTAMP
+from ipcount.source.arrow_schema import COUNTS_ARROW_SCHEMA, TIMESTAMP
 
 __all__ = [
     "KIND_COUNTED",

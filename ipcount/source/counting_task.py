@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from ipcount.formats.arrow_parse import ChunkParser
+from ipcount.source.arrow_schema import REJECTS_ARROW_SCHEMA
 from ipcount.source.clean_ranges import future_bound, is_clean, mark_clean, unmark
 from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
 from ipcount.source.offsets import OffsetRange
@@ -18,7 +19,6 @@ from ipcount.source.partition_reader import (
     read_messages,
     records_batch,
 )
-from ipcount.source.schema import REJECTS_ARROW_SCHEMA
 
 __all__ = ["batch_rules", "read_task"]
 

@@ -22,11 +22,11 @@ from confluent_kafka import (
 
 from ipcount.errors import SourceError
 from ipcount.kafka.client import describe_kafka_error
+from ipcount.source.arrow_schema import RECORDS_ARROW_SCHEMA, TIMESTAMP
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, DRIVER_TIMEOUT_S, new_consumer, offset_of
 from ipcount.source.data_loss import lost_offsets
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
-from ipcount.source.schema import RECORDS_ARROW_SCHEMA, TIMESTAMP
 from ipcount.worker_gc import gc_paused
 
 __all__ = [

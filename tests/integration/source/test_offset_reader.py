@@ -15,8 +15,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from ipcount.errors import DataLossError, SourceError
 from ipcount.kafka.client import with_client_logging
+from ipcount.source.data_source import KafkaDataSource
 from ipcount.source.offsets import OffsetRange
-from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition, KafkaStreamReader
+from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
+from ipcount.source.schema import SCHEMA
 
 BASE_MS = 1_700_000_000_000
 

@@ -15,7 +15,8 @@ from pyspark.sql.types import (
 
 from ipcount.config import load_settings
 from ipcount.errors import ConfigError, SchemaError
-from ipcount.sink.writer import KafkaTxnDataSource, KafkaTxnStreamWriter, sink_options
+from ipcount.sink.data_source import KafkaTxnDataSource
+from ipcount.sink.writer import KafkaTxnStreamWriter, sink_options
 
 COUNTS = StructType(
     [

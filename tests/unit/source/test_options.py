@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from ipcount.errors import ConfigError, SourceError
+from ipcount.source.arrow_schema import RECORDS_ARROW_SCHEMA
+from ipcount.source.data_source import KafkaDataSource
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import parse_options
 from ipcount.source.partition_reader import heartbeat_batch
-from ipcount.source.reader import SCHEMA, KafkaDataSource, KafkaInputPartition, KafkaStreamReader
-from ipcount.source.schema import RECORDS_ARROW_SCHEMA
+from ipcount.source.reader import KafkaInputPartition, KafkaStreamReader
+from ipcount.source.schema import SCHEMA
 
 BASE = {"subscribe": "a, b", "kafka.bootstrap.servers": "127.0.0.1:9"}
 
@@ -154,18 +157,20 @@ COUNTS = {**BASE, "eventTimeFormat": "nginx-combined", "output": "counts"}
 
 
 def test_the_combiner_outputs_have_their_own_schemas_matching_their_arrow_batches() -> None:
+    from ipcount.source.arrow_schema import COUNTS_ARROW_SCHEMA, REJECTS_ARROW_SCHEMA
     from ipcount.source.combiner import counts_heartbeat
-    from ipcount.source.schema import (
-        COUNTS_ARROW_SCHEMA,
-        COUNTS_SCHEMA,
-        REJECTS_ARROW_SCHEMA,
-        REJECTS_SCHEMA,
-    )
+    from ipcount.source.schema import COUNTS_SCHEMA, REJECTS_SCHEMA
 
     assert KafkaDataSource({**COUNTS}).schema() == COUNTS_SCHEMA
     assert KafkaDataSource({**COUNTS, "output": "rejects"}).schema() == REJECTS_SCHEMA
+    # The Arrow forms the read tasks build their batches with, as Spark checks them.
     assert COUNTS_ARROW_SCHEMA.equals(to_arrow_schema(COUNTS_SCHEMA, timezone="UTC"))
     assert REJECTS_ARROW_SCHEMA.equals(to_arrow_schema(REJECTS_SCHEMA, timezone="UTC"))
+    ts = pa.timestamp("us", tz="UTC")
+    assert COUNTS_ARROW_SCHEMA.types == [pa.string(), ts, pa.string(), pa.int64(), ts, pa.bool_()]
+    assert REJECTS_ARROW_SCHEMA.types == [
+        pa.binary(), pa.binary(), pa.string(), pa.int32(), pa.int64(), ts, pa.string()
+    ]  # fmt: skip
     assert counts_heartbeat(1_700_000_000_000).schema.equals(COUNTS_ARROW_SCHEMA)
     # maxRecordBytes is retired (a record's length never decides whether it counts), still
     # accepted so a job that sets it starts.

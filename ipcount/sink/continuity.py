@@ -17,9 +17,18 @@ from ipcount.sink.history import lost_commit
 from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.runs import read_progress
 
-__all__ = ["StaleSession", "check_still_committed"]
+__all__ = ["ContinuityProbe", "StaleSession", "check_still_committed"]
 
 logger = logging.getLogger(__name__)
+
+# The probe's fetches at the log's end return after this long: the broker answers a connection's
+# requests in order, so a fetch held at the end would hold the next check's offset lookup behind it
+# (librdkafka's default waits 500 ms).
+_PROBE_FETCH_WAIT_MS = 10
+# How long the check waits for its own last commit's markers to be written (see _stable_end_past),
+# and how often it asks meanwhile.
+_SETTLE_SECONDS = 0.25
+_SETTLE_POLL_SECONDS = 0.005
 
 
 class StaleSession(SinkError):  # noqa: N818 - a signal to the caller, not an error
@@ -27,7 +36,38 @@ class StaleSession(SinkError):  # noqa: N818 - a signal to the caller, not an er
     of: re-read the progress marker (re-initialise) and decide again."""
 
 
+class ContinuityProbe:
+    """The read_committed consumer a sink session checks its last commit with, kept across
+    batches: a consumer per check (two, with their threads and connections) was half of a
+    commit's time against a local broker (15 of 30 ms). It holds no partition between checks."""
+
+    def __init__(self, conf: Mapping[str, str]) -> None:
+        self._conf = conf
+        self._consumer: Consumer | None = None
+
+    def consumer(self) -> Consumer:
+        """The probe's consumer, created on first use."""
+        if self._consumer is None:
+            base = consumer_conf(self._conf, "read_committed")
+            self._consumer = Consumer(
+                {
+                    **base,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "latest",
+                    "fetch.wait.max.ms": _PROBE_FETCH_WAIT_MS,
+                }
+            )
+        return self._consumer
+
+    def close(self) -> None:
+        """Close the consumer (the next check creates another)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+
 def check_still_committed(
+    probe: ContinuityProbe,
     conf: Mapping[str, str],
     progress_topic: str,
     marker: ProgressMarker | None,
@@ -41,17 +81,27 @@ def check_still_committed(
     Raises:
         SinkHistoryError: the broker lost it (the batch's output is gone with it).
         StaleSession: the broker holds a newer marker of this query than the session knows.
-        SinkError: the broker could not be asked.
+        SinkError: the broker could not be asked (the probe is closed then: the next check starts
+            a new one).
     """
     if marker is None:
         return
-    missing = _marker_missing(conf, progress_topic, marker, deadline_s)
+    try:
+        missing = _marker_missing(probe, conf, progress_topic, marker, deadline_s)
+    except SinkError as exc:
+        if not isinstance(exc, StaleSession):
+            probe.close()
+        raise
     if missing is not None:
         raise lost_commit(topic, marker, f"{missing}; batch {next_batch} is not written")
 
 
 def _marker_missing(
-    conf: Mapping[str, str], progress_topic: str, marker: ProgressMarker, deadline_s: float
+    probe: ContinuityProbe,
+    conf: Mapping[str, str],
+    progress_topic: str,
+    marker: ProgressMarker,
+    deadline_s: float,
 ) -> str | None:
     """None when `marker` is still committed; else what the broker has instead."""
     if marker.position is None:
@@ -63,15 +113,20 @@ def _marker_missing(
     partition, offset = marker.position
     where = f"{progress_topic}[{partition}]@{offset}"
     deadline = time.monotonic() + deadline_s
-    stable_end = _end_offset(conf, "read_committed", progress_topic, partition, deadline_s)
+    stable_end = _stable_end_past(probe.consumer(), progress_topic, partition, offset, deadline_s)
     if stable_end > offset:
         # The cheap proof: a read_committed fetch at the marker's offset returns the marker.
         if _is_marker(
-            _read_committed_at(conf, progress_topic, partition, offset, deadline), marker
+            _read_committed_at(probe.consumer(), progress_topic, partition, offset, deadline),
+            marker,
         ):
             return None
     else:
-        end = _end_offset(conf, "read_uncommitted", progress_topic, partition, deadline_s)
+        uncommitted = Consumer(consumer_conf(conf, "read_uncommitted"))
+        try:
+            end = _end_offset(uncommitted, progress_topic, partition, deadline_s)
+        finally:
+            uncommitted.close()
         if end <= offset:
             return f"{progress_topic}[{partition}] now ends at offset {end}, before its marker"
         # An open transaction that began before the marker holds read_committed readers back
@@ -106,11 +161,11 @@ def _is_marker(msg: Message | None, marker: ProgressMarker) -> bool:
 
 
 def _read_committed_at(
-    conf: Mapping[str, str], topic: str, partition: int, offset: int, deadline: float
+    consumer: Consumer, topic: str, partition: int, offset: int, deadline: float
 ) -> Message | None:
-    """The first committed record from `offset` on (None: the partition's stable end first)."""
-    base = consumer_conf(conf, "read_committed")
-    consumer = Consumer({**base, "enable.partition.eof": True, "auto.offset.reset": "latest"})
+    """The first committed record from `offset` on (None: the partition's stable end first),
+    read with `consumer` (the probe's, read_committed), which holds the partition only
+    meanwhile."""
     try:
         consumer.assign([TopicPartition(topic, partition, offset)])
         while time.monotonic() < deadline:
@@ -128,21 +183,32 @@ def _read_committed_at(
             "to check it is still there: the broker did not answer in time"
         )
     finally:
-        consumer.close()
+        consumer.unassign()
 
 
-def _end_offset(
-    conf: Mapping[str, str], isolation: str, topic: str, partition: int, timeout: float
+def _stable_end_past(
+    consumer: Consumer, topic: str, partition: int, offset: int, timeout: float
 ) -> int:
-    """The partition's end for `isolation`: read_committed answers the last stable offset."""
-    consumer = Consumer(consumer_conf(conf, isolation))
+    """The partition's last stable offset, asked again for up to _SETTLE_SECONDS while it is not
+    past `offset`: a commit returns once the coordinator has logged it, and it writes the commit
+    markers to the partitions after that, so right after this sink's own commit the stable end
+    may still stand at its marker."""
+    settle = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        end = _end_offset(consumer, topic, partition, timeout)
+        if end > offset or time.monotonic() >= settle:
+            return end
+        time.sleep(_SETTLE_POLL_SECONDS)
+
+
+def _end_offset(consumer: Consumer, topic: str, partition: int, timeout: float) -> int:
+    """The partition's end for `consumer`'s isolation level: read_committed answers the last
+    stable offset."""
     try:
         # A leader move (FENCED_LEADER_EPOCH, NOT_LEADER...) costs a metadata refresh and a retry.
         return partition_offsets(consumer, topic, partition, timeout)[1]
     except BrokerError as exc:
         raise SinkError(str(exc)) from exc
-    finally:
-        consumer.close()
 
 
 def _batch(msg: Message) -> int | None:

@@ -14,7 +14,7 @@ from ipcount.checkpoint.receipts import Receipt, ReceiptLog
 from ipcount.errors import ConfigError, FatalKafkaError, SinkError
 from ipcount.faults import fault_point
 from ipcount.kafka.client import check_transaction_timeout, with_client_logging
-from ipcount.sink.continuity import StaleSession, check_still_committed
+from ipcount.sink.continuity import ContinuityProbe, StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay
 from ipcount.sink.marker import JsonValue, ProgressMarker, marker_key
@@ -43,6 +43,8 @@ class TxnSession(TxnCalls):
         self.last_run_id: str = ""
         # The newest progress marker of this query (None: it has committed nothing).
         self.last_marker: ProgressMarker | None = None
+        # What checks, before each commit, that the last one is still on the broker.
+        self._probe = ContinuityProbe(config.consumer_conf)
 
     def start(self) -> None:
         """Create the producer, fence predecessors, and load the last committed batchId.
@@ -172,6 +174,7 @@ class TxnSession(TxnCalls):
         # The batch before this one must still be on the broker: never write over a lost commit.
         cfg = self.config
         check_still_committed(
+            self._probe,
             cfg.consumer_conf,
             cfg.progress_topic,
             self.last_marker,
@@ -374,6 +377,11 @@ class TxnSession(TxnCalls):
         if newest is None:
             return None, ""
         return newest.batch_id, newest.run_id
+
+    def close(self) -> None:
+        """Drop the producer, and close the continuity probe's consumer."""
+        super().close()
+        self._probe.close()
 
     def _discard(self) -> None:
         # A fatal/fenced producer cannot be reused: the next commit re-inits with a new one and

@@ -138,3 +138,27 @@ def test_a_lost_commit_is_found_before_the_next_batch_is_written(
         assert _sink_windows(settings) == {0}
     finally:
         broker.stop()
+
+
+def test_the_check_keeps_its_client_across_batches(make_settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The check runs before every commit, the driver's and each sink task's: a new consumer per
+    # check (two, with their threads and connections) was half of a commit's time on a local
+    # broker. The session keeps one, and still sees what the broker holds.
+    import ipcount.sink.continuity as continuity
+
+    created: list[object] = []
+
+    class Counted(continuity.Consumer):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            created.append(self)
+
+    monkeypatch.setattr(continuity, "Consumer", Counted)
+    settings = make_settings()
+    ensure_topics(settings)
+    session = _session(settings, f"q-{uuid.uuid4().hex[:8]}")
+    for batch in range(6):
+        assert session.commit_batch(batch, _batch(batch)).status == "committed"
+    assert len(created) == 1, f"{len(created)} consumers for 5 checks"
+    session.close()
+    assert _sink_windows(settings) == {b * W for b in range(6)}

@@ -114,6 +114,38 @@ def test_archives_no_start_has_used_for_long_are_removed_when_another_is_trained
     assert not kept.exists() and not old.exists() and not older.exists()
 
 
+def test_the_cache_keeps_the_most_recently_used_archives_when_many_are_trained_at_once(
+    home: Path,
+) -> None:
+    # Installs made within days (virtualenvs, test checkouts, upgrades) each train one: eleven in
+    # one day here, 1.8 GB, all too recent for the two weeks' rule. A training start leaves the
+    # cache at most MAX_ARCHIVES, the ones starts used last kept.
+    from ipcount.job.jvm_archive import MAX_ARCHIVES
+
+    def archive(options: str) -> Path:
+        planned = plan_archive(home, options, train=True)
+        assert planned is not None
+        if planned.training:
+            planned.path.write_bytes(b"archive")
+        return planned.path
+
+    def on_disk() -> set[Path]:
+        return set(home.parent.glob("cache/ipcount/jvm-archive/spark-*.jsa"))
+
+    now = time.time()
+    made = []
+    for n in range(MAX_ARCHIVES + 3):
+        made.append(archive(f"-Dn={n}"))
+        hours_ago = now - 7200 * (MAX_ARCHIVES + 3 - n)  # trained and used in this order
+        os.utime(made[-1], (hours_ago, hours_ago))
+        assert len(on_disk()) <= MAX_ARCHIVES
+    assert on_disk() == set(made[-MAX_ARCHIVES:])
+    oldest = made[-MAX_ARCHIVES]
+    assert archive(f"-Dn={len(made) - MAX_ARCHIVES}") == oldest  # a start uses it: now the newest
+    fresh = archive("-Dn=new")  # so the next training removes the least recently used instead
+    assert on_disk() == {oldest, *made[-MAX_ARCHIVES + 2 :], fresh}
+
+
 def test_each_install_of_the_same_spark_gets_an_archive_of_its_own(home: Path) -> None:
     # A second virtualenv (or CI's .venv beside a user's) holds the same jars at another path: the
     # JVM ignores an archive made for another class path, so that install must train its own.

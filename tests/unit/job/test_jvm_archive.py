@@ -28,6 +28,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return spark
 
 
+def _trained(home: Path, options: str) -> Path:
+    """The archive a start with `options` uses, written by that start if it trains one."""
+    planned = plan_archive(home, options, train=True)
+    assert planned is not None
+    if planned.training:
+        planned.path.write_bytes(b"archive")
+    return planned.path
+
+
 def test_only_a_training_start_writes_an_archive_the_next_starts_use(home: Path) -> None:
     assert plan_archive(home, "-XX:TieredStopAtLevel=1", train=False) is None
     first = plan_archive(home, "-XX:TieredStopAtLevel=1", train=True)
@@ -96,20 +105,13 @@ def test_archives_no_start_has_used_for_long_are_removed_when_another_is_trained
 ) -> None:
     # Each install, upgrade or option change trains an archive of ~170 MB: those its starts no
     # longer use must not pile up in the cache (ten of them, 1.5 GB, after two days here).
-    def archive(options: str) -> Path:
-        planned = plan_archive(home, options, train=True)
-        assert planned is not None
-        if planned.training:
-            planned.path.write_bytes(b"archive")
-        return planned.path
-
-    kept, used, old, older = (archive(f"-Dn={n}") for n in range(4))
+    kept, used, old, older = (_trained(home, f"-Dn={n}") for n in range(4))
     long_ago = time.time() - 40 * 86400
     for path in (kept, used, old, older):
         os.utime(path, (long_ago, long_ago))
-    assert archive("-Dn=1") == used  # a start that uses an archive marks it used
+    assert _trained(home, "-Dn=1") == used  # a start that uses an archive marks it used
     assert used.stat().st_mtime > time.time() - 60
-    fresh = archive("-Dn=new")  # a training start removes those unused for weeks
+    fresh = _trained(home, "-Dn=new")  # a training start removes those unused for weeks
     assert fresh.exists() and used.exists()
     assert not kept.exists() and not old.exists() and not older.exists()
 
@@ -122,27 +124,24 @@ def test_the_cache_keeps_the_most_recently_used_archives_when_many_are_trained_a
     # cache at most MAX_ARCHIVES, the ones starts used last kept.
     from ipcount.job.jvm_archive import MAX_ARCHIVES
 
-    def archive(options: str) -> Path:
-        planned = plan_archive(home, options, train=True)
-        assert planned is not None
-        if planned.training:
-            planned.path.write_bytes(b"archive")
-        return planned.path
-
     def on_disk() -> set[Path]:
         return set(home.parent.glob("cache/ipcount/jvm-archive/spark-*.jsa"))
 
     now = time.time()
     made = []
     for n in range(MAX_ARCHIVES + 3):
-        made.append(archive(f"-Dn={n}"))
+        made.append(_trained(home, f"-Dn={n}"))
         hours_ago = now - 7200 * (MAX_ARCHIVES + 3 - n)  # trained and used in this order
         os.utime(made[-1], (hours_ago, hours_ago))
         assert len(on_disk()) <= MAX_ARCHIVES
     assert on_disk() == set(made[-MAX_ARCHIVES:])
     oldest = made[-MAX_ARCHIVES]
-    assert archive(f"-Dn={len(made) - MAX_ARCHIVES}") == oldest  # a start uses it: now the newest
-    fresh = archive("-Dn=new")  # so the next training removes the least recently used instead
+    assert (
+        _trained(home, f"-Dn={len(made) - MAX_ARCHIVES}") == oldest
+    )  # a start uses it: now the newest
+    fresh = _trained(
+        home, "-Dn=new"
+    )  # so the next training removes the least recently used instead
     assert on_disk() == {oldest, *made[-MAX_ARCHIVES + 2 :], fresh}
 
 

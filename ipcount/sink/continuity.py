@@ -43,13 +43,15 @@ class ContinuityProbe:
     holds no partition between checks."""
 
     def __init__(self, conf: Mapping[str, str]) -> None:
-        self._conf = conf
+        # The session's consumer settings: the rare reads beyond the probe's (read_uncommitted,
+        # the whole progress topic) use them too.
+        self.conf = conf
         self._consumer: Consumer | None = None
 
     def consumer(self) -> Consumer:
         """The probe's consumer, created on first use."""
         if self._consumer is None:
-            base = consumer_conf(self._conf, "read_committed")
+            base = consumer_conf(self.conf, "read_committed")
             self._consumer = Consumer(
                 {
                     **base,
@@ -69,7 +71,6 @@ class ContinuityProbe:
 
 def check_still_committed(
     probe: ContinuityProbe,
-    conf: Mapping[str, str],
     progress_topic: str,
     marker: ProgressMarker | None,
     topic: str,
@@ -88,7 +89,7 @@ def check_still_committed(
     if marker is None:
         return
     try:
-        missing = _marker_missing(probe, conf, progress_topic, marker, deadline_s)
+        missing = _marker_missing(probe, progress_topic, marker, deadline_s)
     except SinkError as exc:
         if not isinstance(exc, StaleSession):
             probe.close()
@@ -99,7 +100,6 @@ def check_still_committed(
 
 def _marker_missing(
     probe: ContinuityProbe,
-    conf: Mapping[str, str],
     progress_topic: str,
     marker: ProgressMarker,
     deadline_s: float,
@@ -123,7 +123,7 @@ def _marker_missing(
         ):
             return None
     else:
-        uncommitted = Consumer(consumer_conf(conf, "read_uncommitted"))
+        uncommitted = Consumer(consumer_conf(probe.conf, "read_uncommitted"))
         try:
             end = _end_offset(uncommitted, progress_topic, partition, deadline_s)
         finally:
@@ -144,7 +144,7 @@ def _marker_missing(
     # this query, a broker whose read_committed fetches from mid-log hide records after an
     # aborted transaction of the same producer, as noida-db's do): the whole topic, read as
     # every reader reads it, decides.
-    view = read_progress(conf, progress_topic, deadline_s)
+    view = read_progress(probe.conf, progress_topic, deadline_s)
     newest = view.newest(marker.query_id, marker.sink_partition)
     if newest is not None and newest.batch_id > marker.batch_id:
         raise StaleSession(f"the broker holds batch {newest.batch_id} of this query")

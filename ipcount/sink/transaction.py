@@ -175,7 +175,6 @@ class TxnSession(TxnCalls):
         cfg = self.config
         check_still_committed(
             self._probe,
-            cfg.consumer_conf,
             cfg.progress_topic,
             self.last_marker,
             cfg.topic,

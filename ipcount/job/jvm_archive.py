@@ -123,26 +123,29 @@ def _remove_stale(root: Path) -> None:
     JVM wrote (hours old), archives no start has used for _UNUSED_SECONDS (another install's, or
     an upgraded one's), and the least recently used beyond MAX_ARCHIVES - 1."""
     now = time.time()
-    for pattern, age in (("spark-*.jsa.tmp*", _STALE_SECONDS), ("spark-*.jsa", _UNUSED_SECONDS)):
-        for old in root.glob(pattern):
-            try:
-                if old.stat().st_mtime < now - age:
-                    old.unlink()
-                    logger.debug("removed %s: not touched for %g s", old, age)
-            except OSError:
-                pass
     used: list[tuple[float, Path]] = []
-    for kept in root.glob("spark-*.jsa"):
+    for path in root.glob("spark-*.jsa*"):
         try:
-            used.append((kept.stat().st_mtime, kept))
+            mtime = path.stat().st_mtime
         except OSError:
-            pass
+            continue
+        if path.suffix == ".jsa":
+            if mtime >= now - _UNUSED_SECONDS:
+                used.append((mtime, path))
+                continue
+        elif ".jsa.tmp" not in path.name or mtime >= now - _STALE_SECONDS:
+            continue  # not a partial archive, or one a training run may still be writing
+        _unlink(path)
     for _, old in sorted(used, reverse=True)[MAX_ARCHIVES - 1 :]:
-        try:
-            old.unlink()
-            logger.debug("removed %s: %d archives used more recently", old, MAX_ARCHIVES - 1)
-        except OSError:
-            pass
+        _unlink(old)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+        logger.debug("removed %s", path)
+    except OSError:  # gone already, or another user's cache
+        pass
 
 
 def started(archive: JvmArchive) -> None:

@@ -37,6 +37,10 @@ class BrokerQuirks:
     # can carry a partition's whole backlog, so the source raises receive.message.max.bytes.
     # Apache Kafka honours the limits.
     ignores_fetch_limits: bool = False
+    # noida-db: a read_committed fetch that starts after an aborted transaction of a producer
+    # hides that producer's later committed records, so a history is read from its start there.
+    # Apache Kafka returns them from any offset.
+    hides_commits_read_mid_log: bool = False
 
     def consumer_defaults(self) -> dict[str, str]:
         """librdkafka consumer settings these quirks need (settings given by the user win)."""
@@ -45,7 +49,12 @@ class BrokerQuirks:
         return {}
 
 
-NOIDA_DB = BrokerQuirks("noida-db", spins_on_empty_fetch=True, ignores_fetch_limits=True)
+NOIDA_DB = BrokerQuirks(
+    "noida-db",
+    spins_on_empty_fetch=True,
+    ignores_fetch_limits=True,
+    hides_commits_read_mid_log=True,
+)
 NONE = BrokerQuirks("none")
 
 _detected: dict[str, BrokerQuirks] = {}

@@ -105,7 +105,10 @@ class TopicReader:
         timeout: float = 10.0,
         topic_setting: str = "topics.sink",
         quirks: BrokerQuirks | None = None,
+        start_at: Mapping[int, int] | None = None,
     ) -> None:
+        """`start_at`: partitions that start at an offset of their own (from_beginning only);
+        one outside its partition's log now (truncated, re-created) starts at the log's start."""
         self.topic = topic
         self.quirks = quirks if quirks is not None else broker_quirks(conf, timeout=timeout)
         self.isolation = isolation
@@ -128,9 +131,18 @@ class TopicReader:
                 f"{conf.get('bootstrap.servers')}: run `ipcount topics create` or fix the setting"
             )
         self.partitions = sorted(md.topics[topic].partitions)
+        # Consumers that only look up ends, kept, per isolation level: a broker answers one
+        # connection's requests in order, so a lookup on the fetching consumer's connection
+        # waits behind its long-polling fetch (up to fetch.wait.max.ms, 500 ms by default).
+        self._probes: dict[str, Any] = {}
+        self._assigned = False
         try:
             if from_beginning:
-                self._next = {p: low for p, (low, _) in self.watermarks().items()}
+                at = start_at or {}
+                self._next = {
+                    p: at[p] if low <= at.get(p, -1) <= high else low
+                    for p, (low, high) in self.watermarks().items()
+                }
             else:
                 # This consumer's own query answers the last stable offset under read_committed,
                 # which is where a new read_committed reader starts.
@@ -139,19 +151,14 @@ class TopicReader:
                     for p in self.partitions
                 }
         except KafkaException as exc:
-            self._consumer.close()
+            self.close()
             raise BrokerError(
                 f"cannot query the end of {topic}: {describe_kafka_error(exc)}"
             ) from exc
         except BaseException:
-            self._consumer.close()
+            self.close()
             raise
-        self._assigned = False
         self._idle = _IDLE_BACKOFF_START
-        # Consumers that only look up ends, kept, per isolation level: a broker answers one
-        # connection's requests in order, so a lookup on the fetching consumer's connection
-        # waits behind its long-polling fetch (up to fetch.wait.max.ms, 500 ms by default).
-        self._probes: dict[str, Any] = {}
 
     def __enter__(self) -> TopicReader:
         return self
@@ -172,11 +179,8 @@ class TopicReader:
         A read_committed consumer's watermark query answers the last stable offset instead, which
         stops short of open transactions.
         """
-        probe = Consumer(consumer_conf(self._base, "read_uncommitted", "ipcount-probe"))
-        try:
-            return {p: self._offsets(probe, p) for p in self.partitions}
-        finally:
-            probe.close()
+        probe = self._probe("read_uncommitted")
+        return {p: self._offsets(probe, p) for p in self.partitions}
 
     def _offsets(self, probe: Consumer, partition: int) -> tuple[int, int]:
         return partition_offsets(probe, self.topic, partition, self.timeout)
@@ -185,7 +189,8 @@ class TopicReader:
         """Per partition, the end this reader may read to now: under read_committed the last
         stable offset, a transaction boundary (every record below it is decided, the first
         undecided record is at it); under read_uncommitted the high watermark. One ListOffsets
-        request per partition, from a consumer kept for this reader's life that fetches nothing.
+        request per partition: from the reader's own consumer while it holds no partition, else
+        from a consumer kept for this reader's life that fetches nothing.
 
         Raises:
             BrokerError: an end offset could not be queried (the broker is unreachable).
@@ -203,11 +208,17 @@ class TopicReader:
         return self._ends("read_uncommitted")
 
     def _ends(self, isolation: str) -> dict[int, int]:
+        consumer = self._probe(isolation)
+        return {p: self._offsets(consumer, p)[1] for p in self.partitions}
+
+    def _probe(self, isolation: str) -> Any:
+        if isolation == self.isolation and not self._assigned:
+            return self._consumer  # it fetches nothing now: no fetch to wait behind
         consumer = self._probes.get(isolation)
         if consumer is None:
             consumer = Consumer(consumer_conf(self._base, isolation, "ipcount-probe"))
             self._probes[isolation] = consumer
-        return {p: self._offsets(consumer, p)[1] for p in self.partitions}
+        return consumer
 
     def positions(self) -> dict[int, int]:
         """The next offset this reader will read per partition (past transaction markers and
@@ -315,7 +326,7 @@ class TopicReader:
         if until is not None:
             ends = {p: min(end, until[p]) for p, end in ends.items() if p in until}
         deadline = time.monotonic() + deadline_seconds
-        pending = {p for p, end in ends.items() if end > marks[p][0]}
+        pending = {p for p, end in ends.items() if end > self._next[p]}
         while pending:
             # consume() waits its whole timeout unless max_records arrive: a short one, so a small
             # topic (the progress markers every start and first commit read) ends at its end,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import with_client_logging
+from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.marker import ProgressMarker
 
@@ -74,6 +75,8 @@ class ProgressView:
     partitions: dict[tuple[str, int], ProgressMarker] = field(default_factory=dict)
     runs: dict[str, list[str]] = field(default_factory=dict)
     legacy: dict[str, list[str]] = field(default_factory=dict)
+    # How far it has read each partition of the topic: where a read that continues it starts.
+    read_to: dict[int, int] = field(default_factory=dict)
 
     def add(self, key: bytes | None, value: bytes | None, where: tuple[int, int, str]) -> None:
         """Take one record of the topic, in log order (`where`: partition, offset, text)."""
@@ -124,24 +127,41 @@ def read_progress(
     progress_topic: str,
     deadline_seconds: float,
     keys: Collection[bytes] | None = None,
+    view: ProgressView | None = None,
 ) -> ProgressView:
     """Read the progress topic once (read_committed), to its end; with `keys`, only as far as
     the last record of any of those keys (see `_last_offsets`).
 
+    With `view` (one this function returned before), only what came after it is read, and added
+    to it: the same as reading the whole topic again, because a view takes records in log order
+    and keeps the newest of each key, and compaction removes only records a later one replaces.
+    A sink task re-reads the topic about every other batch (another worker of the job committed
+    its partition), and the topic holds up to two hours of markers before compaction
+    (topics.PROGRESS_CONFIG). Not on a broker whose read_committed reads that start mid-log hide
+    commits (noida-db), nor when the log no longer holds where the view stopped (the topic was
+    re-created or truncated): then the whole topic is read into a new view.
+
     Raises:
         SinkError: a marker of the topic is not ipcount's.
     """
+    if view is None or broker_quirks(consumer_conf).hides_commits_read_mid_log:
+        view = ProgressView()
+    since = dict(view.read_to)
     until = None
     if keys is not None:
-        until = _last_offsets(consumer_conf, progress_topic, keys, deadline_seconds)
-    view = ProgressView()
-    if until == {}:
-        return view  # no record of those keys at all, committed or not
+        until = _last_offsets(consumer_conf, progress_topic, keys, deadline_seconds, since)
+        if until == {}:
+            return view  # no record of those keys at all (since the view), committed or not
     with TopicReader(
-        consumer_conf, progress_topic, isolation="read_committed", topic_setting="topics.progress"
-    ) as reader:
+        consumer_conf, progress_topic, isolation="read_committed",
+        topic_setting="topics.progress", start_at=since,
+    ) as reader:  # fmt: skip
+        if any(reader.positions().get(p) != at for p, at in since.items()):
+            logger.info("%s no longer holds where the last read stopped: read anew", progress_topic)
+            return read_progress(consumer_conf, progress_topic, deadline_seconds, keys)
         for rec in reader.read_to_end(deadline_seconds, until=until):
             view.add(rec.key, rec.value, (rec.partition, rec.offset, rec.where))
+        view.read_to = reader.positions()
     return view
 
 
@@ -150,6 +170,7 @@ def _last_offsets(
     progress_topic: str,
     keys: Collection[bytes],
     deadline_seconds: float,
+    since: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """Per partition, the offset after the last record of `keys`, committed or not (a
     read_uncommitted read to the end, which no open transaction holds back).
@@ -162,7 +183,7 @@ def _last_offsets(
     last: dict[int, int] = {}
     with TopicReader(
         consumer_conf, progress_topic, isolation="read_uncommitted",
-        topic_setting="topics.progress",
+        topic_setting="topics.progress", start_at=since,
     ) as reader:  # fmt: skip
         for rec in reader.read_to_end(deadline_seconds):
             if rec.key in keys:

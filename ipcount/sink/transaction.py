@@ -20,7 +20,7 @@ from ipcount.sink.history import check_checkpoint, check_replay
 from ipcount.sink.marker import JsonValue, ProgressMarker, marker_key
 from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
-from ipcount.sink.runs import read_progress
+from ipcount.sink.runs import ProgressView, read_progress
 from ipcount.sink.task_history import older_than_committed
 
 __all__ = ["TxnSession"]
@@ -45,6 +45,9 @@ class TxnSession(TxnCalls):
         self.last_marker: ProgressMarker | None = None
         # What checks, before each commit, that the last one is still on the broker.
         self._probe = ContinuityProbe(config.consumer_conf)
+        # A sink task's view of the progress topic, kept when a fence discards the rest: the
+        # next read (re-initialising after another worker's commit) continues it.
+        self._seen: ProgressView | None = None
 
     def start(self) -> None:
         """Create the producer, fence predecessors, and load the last committed batchId.
@@ -138,7 +141,7 @@ class TxnSession(TxnCalls):
     def _stop_if_superseded(self, batch_id: int) -> None:
         """Raise FatalKafkaError when a start announced after this one has committed a batch."""
         cfg = self.config
-        theirs = superseded_by(cfg)
+        theirs = superseded_by(cfg, self._continue())
         if theirs is None:
             return
         self._discard()
@@ -358,9 +361,10 @@ class TxnSession(TxnCalls):
             if cfg.sink_partition is None
             else {marker_key(cfg.query_id), marker_key(cfg.query_id, cfg.sink_partition)}
         )
-        view = read_progress(
-            cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds, keys=keys
-        )
+        wait, seen = cfg.retry_deadline_seconds, self._continue()
+        view = read_progress(cfg.consumer_conf, cfg.progress_topic, wait, keys, seen)
+        if cfg.sink_partition is not None:
+            self._seen = view
         query = view.newest(cfg.query_id)
         if cfg.sink_partition is None:
             self.last_marker = query
@@ -376,6 +380,11 @@ class TxnSession(TxnCalls):
         if newest is None:
             return None, ""
         return newest.batch_id, newest.run_id
+
+    def _continue(self) -> ProgressView | None:
+        """The view of the progress topic a sink task's next read continues (None: the driver's
+        session, which reads it whole; it re-reads it only when fenced, rarely)."""
+        return self._seen if self.config.sink_partition is not None else None
 
     def close(self) -> None:
         """Drop the producer, and close the continuity probe's consumer."""

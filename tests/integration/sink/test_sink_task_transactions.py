@@ -11,6 +11,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -24,7 +25,7 @@ from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.producer_config import TxnConfig, default_transactional_id
-from ipcount.sink.runs import read_progress
+from ipcount.sink.runs import announce_run, read_progress
 from ipcount.sink.task_commit import BATCH_ID_PROPERTY, commit_task, task_config
 from ipcount.sink.transaction import TxnSession
 
@@ -102,6 +103,59 @@ def test_a_second_attempt_of_a_task_writes_nothing_twice(sink_settings: Settings
     assert first.commit_batch(1, _records(1, 0)).status == "replay"
     assert first.commit_batch(2, _records(2, 0)).status == "committed"
     assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(3) for i in range(3))
+
+
+def _markers_of_other_queries(settings: Settings, n: int) -> None:
+    """`n` committed markers of other queries: the hour of history a long-running job's
+    progress topic holds before compaction."""
+    producer = Producer(settings.kafka.to_librdkafka("producer"))
+    for i in range(n):
+        other = ProgressMarker(
+            query_id=f"other-{i % 7}",
+            batch_id=i,
+            run_id="r",
+            records=1,
+            topic=settings.topics.sink,
+            transactional_id="t",
+            committed_at_ms=0,
+        )
+        producer.produce(settings.topics.progress, other.encode(), other.key)
+    assert producer.flush(20) == 0
+
+
+def test_a_task_fenced_by_another_worker_reads_only_the_new_part_of_the_progress_topic(
+    sink_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark runs a sink partition's task in whichever Python worker is free, so workers fence
+    each other about every other batch, and the fenced one re-reads the progress topic: whether a
+    newer start took over, and what the other worker committed. It reads only what came after
+    its last read, not the hour of markers before it, and still skips what the other committed."""
+    cfg = task_config(_config(sink_settings, run_id="0000000001000-cccccccc"), 0)
+    announce_run(cfg.producer_conf, cfg.progress_topic, cfg.query_id, cfg.run_id)
+    _markers_of_other_queries(sink_settings, 3000)
+    read: list[int] = []
+    poll = TopicReader.poll
+
+    def counted(reader: TopicReader, *args: Any, **kwargs: Any) -> Any:
+        got = poll(reader, *args, **kwargs)
+        if reader.topic == cfg.progress_topic:
+            read.extend(r.offset for r in got)
+        return got
+
+    monkeypatch.setattr(TopicReader, "poll", counted)
+    first = TxnSession(cfg)  # the worker that wrote the partition's first batch
+    assert first.commit_batch(0, _records(0, 0)).status == "committed"
+    first.close()
+    a, b = TxnSession(cfg), TxnSession(cfg)
+    read.clear()
+    assert a.commit_batch(1, _records(1, 0)).status == "committed"
+    assert b.commit_batch(2, _records(2, 0)).status == "committed"
+    assert len(read) > 2 * 3000  # each worker's first start reads the whole history
+    for batch, session, status in [(3, a, "committed"), (3, b, "replay"), (4, b, "committed")]:
+        read.clear()
+        assert session.commit_batch(batch, _records(batch, 0)).status == status
+        assert len(read) < 50, (batch, status)
+    assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(5) for i in range(3))
 
 
 def test_a_batch_the_query_recorded_is_skipped_by_every_task(sink_settings: Settings) -> None:

@@ -4,8 +4,12 @@ of N results (encoded and committed in the task's own Kafka transaction, as on a
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import uuid
+from dataclasses import replace
+
+from confluent_kafka import Producer
 
 from ipcount.bench.options import Say
 from ipcount.bench.workspace import own_broker
@@ -13,7 +17,14 @@ from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
-from ipcount.sink.producer_config import TxnConfig, default_transactional_id
+from ipcount.sink.marker import ProgressMarker
+from ipcount.sink.producer_config import (
+    TxnConfig,
+    default_transactional_id,
+    new_run_id,
+    task_transactional_id,
+)
+from ipcount.sink.runs import announce_run
 from ipcount.sink.task_commit import task_config
 from ipcount.sink.transaction import TxnSession
 
@@ -21,6 +32,9 @@ __all__ = ["bench_one", "run_sink"]
 
 W = 5000
 T0 = 1_700_000_000_000
+# The hand-over: results a commit, and turns of the two workers (each commit fenced).
+_HAND_OVER_RESULTS = 5000
+_HAND_OVERS = 4
 
 
 def _settings(bootstrap: str, partitions: int) -> Settings:
@@ -114,4 +128,76 @@ def run_sink(args: argparse.Namespace, say: Say) -> int:
                 f"commit={r['commit']:.3f}s "
                 f"committed_results_per_s={n / r['commit']:,.0f}"
             )
+        session.close()
+        for markers in [int(h.replace("_", "")) for h in args.history.split(",") if h.strip()]:
+            say(_hand_over(settings, task, markers))
     return 0
+
+
+def _hand_over(settings: Settings, task: TxnConfig, markers: int) -> str:
+    """Two sessions of one sink partition commit in turn (each commit fenced by the other's last
+    one), after `markers` markers of another query: a query of its own on fresh topics."""
+    settings = _settings(settings.kafka.bootstrap_servers, settings.topics.sink_partitions)
+    ensure_topics(settings)
+    qid = f"bench-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
+    task = replace(
+        task,
+        topic=settings.topics.sink,
+        progress_topic=settings.topics.progress,
+        query_id=qid,
+        transactional_id=task_transactional_id(default_transactional_id(qid), 0),
+        run_id=run_id,
+    )
+    announce_run(task.producer_conf, task.progress_topic, qid, run_id)
+    _other_query_markers(settings, markers)
+    codec = SingleObjectCodec()
+    records = [(str(row["ip"]).encode(), codec.encode(row)) for row in _rows(_HAND_OVER_RESULTS)]
+    first = TxnSession(task)  # the worker that wrote the partition's first batch
+    first.commit_batch(0, records)
+    first.close()
+    workers = (TxnSession(task), TxnSession(task))
+    fenced: list[float] = []
+    own: list[float] = []
+    try:
+        for batch_id in range(1, 3 + 2 * _HAND_OVERS + _HAND_OVERS):
+            # Batches 1 and 2: each worker's first start; then turn by turn; then one worker alone.
+            alone = batch_id >= 3 + 2 * _HAND_OVERS
+            worker = workers[0] if alone else workers[batch_id % 2]
+            t = time.perf_counter()
+            outcome = worker.commit_batch(batch_id, records)
+            took = time.perf_counter() - t
+            if outcome.status != "committed":
+                raise SystemExit(f"hand-over batch {batch_id}: {outcome}")
+            if batch_id >= 3:
+                (own if alone else fenced).append(took)
+    finally:
+        for worker in workers:
+            worker.close()
+    return (
+        f"hand_over markers_before={markers} results={_HAND_OVER_RESULTS} "
+        f"commit_after_the_other_worker={statistics.median(fenced):.3f}s "
+        f"commit_after_its_own={statistics.median(own):.3f}s "
+        f"(medians of {len(fenced)} and {len(own)})"
+    )
+
+
+def _other_query_markers(settings: Settings, n: int) -> None:
+    """`n` committed markers of another query (two sink tasks' and the query's a batch)."""
+    producer = Producer(settings.kafka.to_librdkafka("producer"))
+    for i in range(n):
+        marker = ProgressMarker(
+            query_id="bench-other",
+            batch_id=i // 3,
+            run_id="bench",
+            records=5000,
+            topic=settings.topics.sink,
+            transactional_id="bench-other",
+            committed_at_ms=T0,
+            sink_partition=None if i % 3 == 2 else i % 3,
+            source_end={settings.topics.source: {"0": i}},
+        )
+        producer.produce(settings.topics.progress, marker.encode(), marker.key)
+        producer.poll(0)
+    if producer.flush(60):
+        raise SystemExit(f"{n} progress markers were not acknowledged within 60 s")

@@ -26,7 +26,8 @@ from ipcount.cli import build_parser
          "2", "--records", "7000", "--no-event-log", "--timeout", "9", "--keep"],
         ["source", "--records", "5000", "--partitions", "2", "--bootstrap", "h:1",
          "--master", "local[1]", "--max-offsets-per-trigger", "900", "--spark-runs", "1"],
-        ["sink", "--sizes", "10,20", "--bootstrap", "h:1", "--partitions", "2"],
+        ["sink", "--sizes", "10,20", "--bootstrap", "h:1", "--partitions", "2", "--history",
+         "0,300"],
     ],
     ids=lambda argv: argv[0],
 )

@@ -178,7 +178,8 @@ def _hand_over(settings: Settings, task: TxnConfig, markers: int) -> str:
         f"hand_over markers_before={markers} results={_HAND_OVER_RESULTS} "
         f"commit_after_the_other_worker={statistics.median(fenced):.3f}s "
         f"commit_after_its_own={statistics.median(own):.3f}s "
-        f"(medians of {len(fenced)} and {len(own)})"
+        f"(medians of {len(fenced)} and {len(own)}) "
+        f"slowest_after_the_other_worker={max(fenced):.3f}s"
     )
 
 

@@ -16,7 +16,8 @@ from typing import TextIO
 from ipcount.commands import SubParsers
 from ipcount.config import Settings
 from ipcount.formats.avro import IpCount, make_codec
-from ipcount.kafka.topic_reader import SinkRecord, TopicReader, decode_records
+from ipcount.kafka.records import SinkRecord, decode_records
+from ipcount.kafka.topic_reader import TopicReader
 
 __all__ = ["register", "run"]
 

@@ -13,7 +13,8 @@ from ipcount.dashboard.gate import WindowGate
 from ipcount.dashboard.model import WindowBook
 from ipcount.errors import IpcountError
 from ipcount.formats.avro import Codec, IpCount, make_codec
-from ipcount.kafka.topic_reader import SinkRecord, TopicReader, decode_records
+from ipcount.kafka.records import SinkRecord, decode_records
+from ipcount.kafka.topic_reader import TopicReader
 
 __all__ = ["ResultFeed"]
 

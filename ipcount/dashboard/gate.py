@@ -8,7 +8,8 @@ import logging
 
 from ipcount.config import Settings
 from ipcount.errors import ConfigError, IpcountError
-from ipcount.kafka.topic_reader import SinkRecord, TopicReader
+from ipcount.kafka.records import SinkRecord
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.runs import ProgressView
 
 __all__ = ["WindowGate"]

@@ -1,30 +1,27 @@
 """Read a topic as a downstream consumer would (read_committed by default): follow it, or read it
-to its end; decode IpCount results. Driver/CLI side: `ipcount consume`, `verify`, the sink."""
+to its end. Driver/CLI side: `ipcount consume`, `verify`, the sink."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from ipcount.errors import BrokerError, ConfigError, DecodeError, IpcountError
-from ipcount.formats.avro import Codec, IpCount
+from ipcount.errors import BrokerError, ConfigError, IpcountError
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
 from ipcount.kafka.quirks import BrokerQuirks, broker_quirks
+from ipcount.kafka.records import SinkRecord
 from ipcount.kafka.watermarks import partition_offsets
 
 __all__ = [
     "partition_offsets",
     "ISOLATION_LEVELS",
-    "SinkRecord",
     "TopicReader",
     "consumer_conf",
-    "decode_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,24 +45,6 @@ _IDLE_FETCH_SECONDS = 0.05
 # sink task reads each time it takes over its partition's producer) ends this long after its last
 # record came: 50 ms made a task's two reads ~0.1 s slower.
 _READ_TO_END_POLL_SECONDS = 0.005
-
-
-@dataclass(frozen=True)
-class SinkRecord:
-    """One Kafka record as read: where it is, its key and value bytes, its timestamp (ms)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int
-    headers: list[tuple[str, bytes]] | None = None
-
-    @property
-    def where(self) -> str:
-        """topic[partition]@offset, for messages."""
-        return f"{self.topic}[{self.partition}]@{self.offset}"
 
 
 def consumer_conf(
@@ -106,9 +85,12 @@ class TopicReader:
         topic_setting: str = "topics.sink",
         quirks: BrokerQuirks | None = None,
         start_at: Mapping[int, int] | None = None,
+        lookups: Any = None,
     ) -> None:
         """`start_at`: partitions that start at an offset of their own (from_beginning only);
-        one outside its partition's log now (truncated, re-created) starts at the log's start."""
+        one outside its partition's log now (truncated, re-created) starts at the log's start.
+        `lookups`: a read_uncommitted consumer that fetches nothing, for this reader's offset
+        lookups (the caller's: it outlives the reader), instead of one of its own."""
         self.topic = topic
         self.quirks = quirks if quirks is not None else broker_quirks(conf, timeout=timeout)
         self.isolation = isolation
@@ -135,14 +117,11 @@ class TopicReader:
         # connection's requests in order, so a lookup on the fetching consumer's connection
         # waits behind its long-polling fetch (up to fetch.wait.max.ms, 500 ms by default).
         self._probes: dict[str, Any] = {}
+        self._lookups = lookups
         self._assigned = False
         try:
             if from_beginning:
-                at = start_at or {}
-                self._next = {
-                    p: at[p] if low <= at.get(p, -1) <= high else low
-                    for p, (low, high) in self.watermarks().items()
-                }
+                self._next = self._starts(start_at)
             else:
                 # This consumer's own query answers the last stable offset under read_committed,
                 # which is where a new read_committed reader starts.
@@ -159,6 +138,32 @@ class TopicReader:
             self.close()
             raise
         self._idle = _IDLE_BACKOFF_START
+
+    def _starts(self, start_at: Mapping[int, int] | None) -> dict[int, int]:
+        at = start_at or {}
+        return {
+            p: at[p] if low <= at.get(p, -1) <= high else low
+            for p, (low, high) in self.watermarks().items()
+        }
+
+    def restart(self, start_at: Mapping[int, int] | None = None) -> None:
+        """Read again from the log's start, or from `start_at` as the constructor takes it, with
+        the same consumer: a reader kept for repeated short reads opens no new client (in
+        production each is a connection, a TLS handshake and a SASL login).
+
+        Raises:
+            KafkaException / BrokerError: the broker did not answer the offset lookups.
+        """
+        self.release()
+        self._next = self._starts(start_at)
+        self._idle = _IDLE_BACKOFF_START
+
+    def release(self) -> None:
+        """Stop fetching until the next read: keep the positions, give up the partitions."""
+        if self._assigned:
+            self.positions()  # keep what the consumer skipped (markers) before letting go
+            self._consumer.unassign()
+            self._assigned = False
 
     def __enter__(self) -> TopicReader:
         return self
@@ -212,6 +217,8 @@ class TopicReader:
         return {p: self._offsets(consumer, p)[1] for p in self.partitions}
 
     def _probe(self, isolation: str) -> Any:
+        if isolation == "read_uncommitted" and self._lookups is not None:
+            return self._lookups
         if isolation == self.isolation and not self._assigned:
             return self._consumer  # it fetches nothing now: no fetch to wait behind
         consumer = self._probes.get(isolation)
@@ -300,9 +307,7 @@ class TopicReader:
             # would never advance.
             self._idle = _IDLE_BACKOFF_START
         else:
-            self.positions()  # keep what the consumer skipped (markers) before letting go
-            self._consumer.unassign()
-            self._assigned = False
+            self.release()
             time.sleep(self._idle)
             self._idle = min(self._idle * 2, _IDLE_BACKOFF_MAX)
         return out
@@ -369,18 +374,3 @@ class TopicReader:
                 last = now
             elif idle_exit is not None and now - last >= idle_exit:
                 return
-
-
-def decode_records(
-    records: Iterable[SinkRecord], codec: Codec
-) -> Iterator[tuple[SinkRecord, IpCount]]:
-    """Decode each record's value.
-
-    Raises:
-        DecodeError: naming topic, partition and offset of the first bad record.
-    """
-    for rec in records:
-        try:
-            yield rec, codec.decode(rec.value)  # type: ignore[arg-type]
-        except DecodeError as exc:
-            raise DecodeError(f"{rec.where}: {exc}") from exc

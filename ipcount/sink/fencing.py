@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException, Producer
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import describe_kafka_error, with_client_logging
+from ipcount.kafka.kept_readers import KeptReaders
 from ipcount.sink.producer_config import TxnConfig
 from ipcount.sink.runs import ProgressView, read_progress
 
@@ -19,16 +20,20 @@ __all__ = ["FENCE_CONCURRENCY", "fence_predecessors", "superseded_by"]
 logger = logging.getLogger(__name__)
 
 
-def superseded_by(cfg: TxnConfig, seen: ProgressView | None = None) -> str | None:
+def superseded_by(
+    cfg: TxnConfig, seen: ProgressView | None = None, readers: KeptReaders | None = None
+) -> str | None:
     """The run id of a start announced after `cfg.run_id` that has committed the query's newest
     batch; None when this start may go on (the fencer was another worker of this job, or a newer
     start that has committed nothing and may be gone). `seen`: a view of the progress topic this
-    session read before, to continue (sink.runs.read_progress)."""
+    session read before, to continue, and `readers` the consumers to read it with
+    (sink.runs.read_progress)."""
     if not cfg.run_id:
         return None
     seen = read_progress(
-        cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds, view=seen
-    )
+        cfg.consumer_conf, cfg.progress_topic, cfg.retry_deadline_seconds, view=seen,
+        readers=readers,
+    )  # fmt: skip
     order = seen.runs.get(cfg.query_id, [])
     if not order or order[-1] == cfg.run_id:
         return None

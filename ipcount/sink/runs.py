@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from ipcount.errors import SinkError
 from ipcount.kafka.client import with_client_logging
+from ipcount.kafka.kept_readers import KeptReaders
 from ipcount.kafka.quirks import broker_quirks
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.sink.marker import ProgressMarker
@@ -128,6 +130,7 @@ def read_progress(
     deadline_seconds: float,
     keys: Collection[bytes] | None = None,
     view: ProgressView | None = None,
+    readers: KeptReaders | None = None,
 ) -> ProgressView:
     """Read the progress topic once (read_committed), to its end; with `keys`, only as far as
     the last record of any of those keys (see `_last_offsets`).
@@ -139,7 +142,8 @@ def read_progress(
     its partition), and the topic holds up to two hours of markers before compaction
     (topics.PROGRESS_CONFIG). Not on a broker whose read_committed reads that start mid-log hide
     commits (noida-db), nor when the log no longer holds where the view stopped (the topic was
-    re-created or truncated): then the whole topic is read into a new view.
+    re-created or truncated): then the whole topic is read into a new view. `readers`: the
+    consumers to read with, kept by the caller (else new ones, closed after the read).
 
     Raises:
         SinkError: a marker of the topic is not ipcount's.
@@ -149,20 +153,35 @@ def read_progress(
     since = dict(view.read_to)
     until = None
     if keys is not None:
-        until = _last_offsets(consumer_conf, progress_topic, keys, deadline_seconds, since)
+        until = _last_offsets(consumer_conf, progress_topic, keys, deadline_seconds, since, readers)
         if until == {}:
             return view  # no record of those keys at all (since the view), committed or not
-    with TopicReader(
-        consumer_conf, progress_topic, isolation="read_committed",
-        topic_setting="topics.progress", start_at=since,
-    ) as reader:  # fmt: skip
-        if any(reader.positions().get(p) != at for p, at in since.items()):
-            logger.info("%s no longer holds where the last read stopped: read anew", progress_topic)
-            return read_progress(consumer_conf, progress_topic, deadline_seconds, keys)
-        for rec in reader.read_to_end(deadline_seconds, until=until):
-            view.add(rec.key, rec.value, (rec.partition, rec.offset, rec.where))
-        view.read_to = reader.positions()
+    with _reading(consumer_conf, progress_topic, "read_committed", since, readers) as reader:
+        moved = any(reader.positions().get(p) != at for p, at in since.items())
+        if not moved:
+            for rec in reader.read_to_end(deadline_seconds, until=until):
+                view.add(rec.key, rec.value, (rec.partition, rec.offset, rec.where))
+            view.read_to = reader.positions()
+    if moved:
+        logger.info("%s no longer holds where the last read stopped: read anew", progress_topic)
+        return read_progress(consumer_conf, progress_topic, deadline_seconds, keys, None, readers)
     return view
+
+
+def _reading(
+    consumer_conf: Mapping[str, str],
+    progress_topic: str,
+    isolation: str,
+    since: Mapping[int, int],
+    readers: KeptReaders | None,
+) -> AbstractContextManager[TopicReader]:
+    """A reader of the progress topic from `since`: a kept one, or a new one closed after."""
+    if readers is not None:
+        return readers.reading(isolation, since)
+    return TopicReader(
+        consumer_conf, progress_topic, isolation=isolation, topic_setting="topics.progress",
+        start_at=since,
+    )  # fmt: skip
 
 
 def _last_offsets(
@@ -171,6 +190,7 @@ def _last_offsets(
     keys: Collection[bytes],
     deadline_seconds: float,
     since: Mapping[int, int] | None = None,
+    readers: KeptReaders | None = None,
 ) -> dict[int, int]:
     """Per partition, the offset after the last record of `keys`, committed or not (a
     read_uncommitted read to the end, which no open transaction holds back).
@@ -181,10 +201,9 @@ def _last_offsets(
     them meanwhile, and a sink task's session has fenced its one (its transactional.id).
     """
     last: dict[int, int] = {}
-    with TopicReader(
-        consumer_conf, progress_topic, isolation="read_uncommitted",
-        topic_setting="topics.progress", start_at=since,
-    ) as reader:  # fmt: skip
+    with _reading(
+        consumer_conf, progress_topic, "read_uncommitted", since or {}, readers
+    ) as reader:
         for rec in reader.read_to_end(deadline_seconds):
             if rec.key in keys:
                 last[rec.partition] = rec.offset + 1

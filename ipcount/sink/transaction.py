@@ -9,11 +9,12 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from ipcount.checkpoint.offset_log import OffsetLog
-from ipcount.checkpoint.receipts import Receipt, ReceiptLog
 from ipcount.errors import ConfigError, FatalKafkaError, SinkError
 from ipcount.faults import fault_point
 from ipcount.kafka.client import check_transaction_timeout, with_client_logging
+from ipcount.kafka.kept_readers import KeptReaders, kept_readers
+from ipcount.kafka.quirks import broker_quirks
+from ipcount.sink.batch_checkpoint import batch_source_end, write_receipt
 from ipcount.sink.continuity import ContinuityProbe, StaleSession, check_still_committed
 from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay
@@ -48,6 +49,10 @@ class TxnSession(TxnCalls):
         # A sink task's view of the progress topic, kept when a fence discards the rest: the
         # next read (re-initialising after another worker's commit) continues it.
         self._seen: ProgressView | None = None
+        # Whether the topics and the transaction timeout were checked: at the first start only,
+        # not at each re-initialisation after another worker's commit (their admin client and
+        # metadata requests were a fifth of a hand-over).
+        self._checked = False
 
     def start(self) -> None:
         """Create the producer, fence predecessors, and load the last committed batchId.
@@ -67,9 +72,12 @@ class TxnSession(TxnCalls):
                 "enable.idempotence": "true",
             }
         )
-        check_transaction_timeout(cfg.producer_conf, cfg.transaction_timeout_ms)
+        if not self._checked:
+            check_transaction_timeout(cfg.producer_conf, cfg.transaction_timeout_ms)
         producer = Producer(with_client_logging(producer_conf, "ipcount.txn.librdkafka"))
-        self._check_topics(producer)
+        if not self._checked:
+            self._check_topics(producer)
+        self._checked = True
         self._producer = producer
         try:
             self._call("init_transactions", lambda t: producer.init_transactions(t))
@@ -141,7 +149,7 @@ class TxnSession(TxnCalls):
     def _stop_if_superseded(self, batch_id: int) -> None:
         """Raise FatalKafkaError when a start announced after this one has committed a batch."""
         cfg = self.config
-        theirs = superseded_by(cfg, self._continue())
+        theirs = superseded_by(cfg, self._continue(), self._readers())
         if theirs is None:
             return
         self._discard()
@@ -170,7 +178,7 @@ class TxnSession(TxnCalls):
             # a replay of an empty batch writes nothing either (idle triggers stay cheap).
             logger.debug("batch %d has no results: nothing to commit", batch_id)
             return CommitOutcome("empty", batch_id, 0, time.monotonic() - started)
-        source_end, watermark_ms = self._source_end(batch_id)
+        source_end, watermark_ms = batch_source_end(self.config.checkpoint, batch_id)
         if self.last_committed is not None and batch_id <= self.last_committed:
             self._skip_replay(batch_id, source_end)
             return CommitOutcome("replay", batch_id, 0, time.monotonic() - started)
@@ -221,7 +229,7 @@ class TxnSession(TxnCalls):
             self.last_committed,
         )
         committed = 0 if self.last_marker is None else self.last_marker.records
-        self._receipt(batch_id, committed, source_end)
+        write_receipt(self.config.checkpoint, batch_id, committed, source_end)
 
     def _write_transaction(
         self,
@@ -284,38 +292,10 @@ class TxnSession(TxnCalls):
             # No delivery report: the next batch cannot check that this one is still there.
             logger.warning("batch %d: no delivery report for its progress marker", batch_id)
         self.last_marker = marker
-        self._receipt(batch_id, marker.records + (marker.late_records or 0), marker.source_end)
+        records = marker.records + (marker.late_records or 0)
+        write_receipt(self.config.checkpoint, batch_id, records, marker.source_end)
         if self.config.fault_points:
             fault_point("sink.after_commit", batch_id)
-
-    def _source_end(self, batch_id: int) -> tuple[JsonValue, int | None]:
-        """This batch's source end offset and watermark (batchWatermarkMs) from the checkpoint's
-        offset log (None: unknown)."""
-        if not self.config.checkpoint:
-            return None, None
-        try:
-            log = OffsetLog(self.config.checkpoint)
-            if batch_id not in log.batch_ids():
-                return None, None
-            meta, offsets = log.entry(batch_id)
-        except Exception as exc:  # the marker is still written, without what the batch consumed
-            logger.warning("batch %d: source offsets unknown (%s)", batch_id, exc)
-            return None, None
-        mark = meta.get("batchWatermarkMs")
-        return (offsets[0] if len(offsets) == 1 else offsets), (
-            int(mark) if isinstance(mark, int) else None
-        )
-
-    def _receipt(self, batch_id: int, records: int, source_end: JsonValue) -> None:
-        """Record in the checkpoint that the broker acknowledged this batch's commit."""
-        if not self.config.checkpoint:
-            return
-        try:
-            receipts = ReceiptLog(self.config.checkpoint)
-            if batch_id not in receipts.batch_ids():
-                receipts.write(Receipt(batch_id, records, source_end, int(time.time() * 1000)))
-        except OSError as exc:  # the commit stands; only the lost-commit check is weaker
-            logger.warning("batch %d: could not write its commit receipt: %s", batch_id, exc)
 
     def _produce_all(self, producer: Producer, records: Iterable[Record]) -> tuple[int, int]:
         """Produce every record; returns (records to the sink topic, records to other topics)."""
@@ -362,7 +342,9 @@ class TxnSession(TxnCalls):
             else {marker_key(cfg.query_id), marker_key(cfg.query_id, cfg.sink_partition)}
         )
         wait, seen = cfg.retry_deadline_seconds, self._continue()
-        view = read_progress(cfg.consumer_conf, cfg.progress_topic, wait, keys, seen)
+        view = read_progress(
+            cfg.consumer_conf, cfg.progress_topic, wait, keys, seen, self._readers()
+        )
         if cfg.sink_partition is not None:
             self._seen = view
         query = view.newest(cfg.query_id)
@@ -385,6 +367,18 @@ class TxnSession(TxnCalls):
         """The view of the progress topic a sink task's next read continues (None: the driver's
         session, which reads it whole; it re-reads it only when fenced, rarely)."""
         return self._seen if self.config.sink_partition is not None else None
+
+    def _readers(self) -> KeptReaders | None:
+        """The consumers a sink task reads the progress topic with, kept by its Python worker
+        for all its sessions (None: the driver's session, which reads it rarely, and noida-db,
+        whose reads start at the log's start each time)."""
+        cfg = self.config
+        if (
+            cfg.sink_partition is None
+            or broker_quirks(cfg.consumer_conf).hides_commits_read_mid_log
+        ):
+            return None
+        return kept_readers(cfg.consumer_conf, cfg.progress_topic, "topics.progress")
 
     def close(self) -> None:
         """Drop the producer, and close the continuity probe's consumer."""

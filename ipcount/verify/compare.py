@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from ipcount.config import Settings
 from ipcount.errors import DecodeError
 from ipcount.formats.avro import IpCount, make_codec
-from ipcount.kafka.topic_reader import SinkRecord, TopicReader
+from ipcount.kafka.records import SinkRecord
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.verify.ledger import Ledger
 from ipcount.verify.watermark import SinkWatermark
 

@@ -17,7 +17,8 @@ from confluent_kafka import Producer
 
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.topic_reader import TopicReader, decode_records
+from ipcount.kafka.records import decode_records
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.verify.ledger import Ledger
 

@@ -19,7 +19,8 @@ from ipcount.config import RunMode, Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
 from ipcount.job.pipeline import start_job
-from ipcount.kafka.topic_reader import TopicReader, decode_records
+from ipcount.kafka.records import decode_records
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.observe.progress import summarize_progress
 from ipcount.verify.ledger import Ledger

@@ -14,7 +14,8 @@ from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
 from ipcount.job.pipeline import start_job
-from ipcount.kafka.topic_reader import TopicReader, decode_records
+from ipcount.kafka.records import decode_records
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 
 T0 = 1_795_341_600_000  # a multiple of 5000: window starts are T0 + k * 5000

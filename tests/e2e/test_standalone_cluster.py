@@ -27,7 +27,8 @@ from ipcount.childproc import session_processes
 from ipcount.config import Settings
 from ipcount.formats.accesslog import format_record
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.topic_reader import TopicReader, decode_records
+from ipcount.kafka.records import decode_records
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.cluster import StandaloneCluster, spark_home
 from ipcount.verify.compare import verify_sink

@@ -19,7 +19,8 @@ import pytest
 
 from ipcount.config import Settings
 from ipcount.formats.avro import make_codec
-from ipcount.kafka.topic_reader import TopicReader, decode_records
+from ipcount.kafka.records import decode_records
+from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
 from ipcount.local.broker import free_port
 

@@ -158,6 +158,53 @@ def test_a_task_fenced_by_another_worker_reads_only_the_new_part_of_the_progress
     assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(5) for i in range(3))
 
 
+def test_a_hand_over_between_workers_opens_no_client_but_its_producer(
+    sink_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each hand-over of a sink partition to the other Python worker (about every other batch)
+    must start a producer: init_transactions fences the other. Every other client it used to open
+    (the consumers of its two progress reads and of the fencing check, an admin client for the
+    transaction timeout) is a connection, and in production a TLS handshake and a SASL login,
+    every other batch: the worker keeps them, and still skips what the other committed."""
+    import ipcount.kafka.client as client
+    import ipcount.kafka.topic_reader as topic_reader
+    import ipcount.sink.continuity as continuity
+    import ipcount.sink.transaction as transaction
+
+    opened: list[str] = []
+
+    def counting(module: Any, name: str) -> None:
+        cls = getattr(module, name)
+
+        class Counted(cls):  # type: ignore[misc,valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                opened.append(name)
+
+        monkeypatch.setattr(module, name, Counted)
+
+    for module, name in [
+        (topic_reader, "Consumer"), (continuity, "Consumer"), (client, "AdminClient"),
+        (transaction, "Producer"),
+    ]:  # fmt: skip
+        counting(module, name)
+    cfg = task_config(_config(sink_settings, run_id="0000000001000-dddddddd"), 0)
+    announce_run(cfg.producer_conf, cfg.progress_topic, cfg.query_id, cfg.run_id)
+    a, b = TxnSession(cfg), TxnSession(cfg)
+    for batch in range(4):  # each worker's first start, and its first check of its last commit
+        assert (a, b)[batch % 2].commit_batch(batch, _records(batch, 0)).status == "committed"
+    for batch, session, status, clients in [
+        (4, a, "committed", ["Producer"]), (5, b, "committed", ["Producer"]),
+        (5, a, "replay", ["Producer"]), (6, a, "committed", []), (7, b, "committed", ["Producer"]),
+    ]:  # fmt: skip
+        opened.clear()
+        assert session.commit_batch(batch, _records(batch, 0)).status == status
+        assert opened == clients, (batch, status)
+    a.close()
+    b.close()
+    assert _read(sink_settings) == sorted(f"10.0.{b}.{i}" for b in range(8) for i in range(3))
+
+
 def test_a_batch_the_query_recorded_is_skipped_by_every_task(sink_settings: Settings) -> None:
     """The query's marker covers its partitions: a task with no marker of its own (a partition
     that was empty, or a query whose driver wrote every result, as ipcount did before per-task

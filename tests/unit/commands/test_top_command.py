@@ -17,7 +17,7 @@ from ipcount.dashboard.feed import ResultFeed
 from ipcount.dashboard.model import WindowBook
 from ipcount.errors import IpcountError
 from ipcount.formats.avro import IpCount, SingleObjectCodec
-from ipcount.kafka.topic_reader import SinkRecord
+from ipcount.kafka.records import SinkRecord
 
 CODEC = SingleObjectCodec()
 W = 5000

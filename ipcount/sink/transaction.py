@@ -12,16 +12,13 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from ipcount.errors import ConfigError, FatalKafkaError, SinkError
 from ipcount.faults import fault_point
 from ipcount.kafka.client import check_transaction_timeout, with_client_logging
-from ipcount.kafka.kept_readers import KeptReaders, kept_readers
-from ipcount.kafka.quirks import broker_quirks
 from ipcount.sink.batch_checkpoint import batch_source_end, write_receipt
 from ipcount.sink.continuity import ContinuityProbe, StaleSession, check_still_committed
-from ipcount.sink.fencing import superseded_by
 from ipcount.sink.history import check_checkpoint, check_replay
-from ipcount.sink.marker import JsonValue, ProgressMarker, marker_key
+from ipcount.sink.marker import JsonValue, ProgressMarker
 from ipcount.sink.producer_calls import TxnCalls, is_fenced, produce
 from ipcount.sink.producer_config import CommitOutcome, Record, TxnConfig
-from ipcount.sink.runs import ProgressView, read_progress
+from ipcount.sink.progress_reads import ProgressReads
 from ipcount.sink.task_history import older_than_committed
 
 __all__ = ["TxnSession"]
@@ -46,9 +43,8 @@ class TxnSession(TxnCalls):
         self.last_marker: ProgressMarker | None = None
         # What checks, before each commit, that the last one is still on the broker.
         self._probe = ContinuityProbe(config.consumer_conf)
-        # A sink task's view of the progress topic, kept when a fence discards the rest: the
-        # next read (re-initialising after another worker's commit) continues it.
-        self._seen: ProgressView | None = None
+        # Its reads of the progress topic (a sink task's view survives a fence).
+        self._reads = ProgressReads(config)
         # Whether the topics and the transaction timeout were checked: at the first start only,
         # not at each re-initialisation after another worker's commit (their admin client and
         # metadata requests were a fifth of a hand-over).
@@ -118,6 +114,14 @@ class TxnSession(TxnCalls):
         """
         batch = list(records)
         cached = self.started
+        if cached and self._taken_over(batch_id):
+            # Fenced for certain: re-initialise before producing (as below, minus the share
+            # produced into a transaction the broker would refuse).
+            self._stop_if_superseded(batch_id)
+            logger.debug("batch %d: another worker committed since: re-initialising", batch_id)
+            self._discard()
+            self.start()
+            return self._commit_once(batch_id, batch, written)
         try:
             return self._commit_once(batch_id, batch, written)
         except StaleSession as stale:
@@ -146,10 +150,22 @@ class TxnSession(TxnCalls):
         # Fenced again within this one batch: another job is committing right now.
         return self._commit_once(batch_id, batch, written)
 
+    def _taken_over(self, batch_id: int) -> bool:
+        """Whether another worker of this job has committed this sink partition since this
+        session's last commit, and so fenced its producer (it initialised after this session's
+        producer, or this one could not have committed after it). Asked only of a sink task whose
+        last commit is not the batch before: the other worker's turn, or batches with no results
+        for the partition (then the progress topic says so, and the producer stays)."""
+        cfg, last = self.config, self.last_committed
+        if cfg.sink_partition is None or last is None or batch_id <= last + 1:
+            return False
+        newest = self._reads.read().newest(cfg.query_id, cfg.sink_partition)
+        return newest is not None and newest.batch_id > last
+
     def _stop_if_superseded(self, batch_id: int) -> None:
         """Raise FatalKafkaError when a start announced after this one has committed a batch."""
         cfg = self.config
-        theirs = superseded_by(cfg, self._continue(), self._readers())
+        theirs = self._reads.superseded_by()
         if theirs is None:
             return
         self._discard()
@@ -334,19 +350,7 @@ class TxnSession(TxnCalls):
     def _read_progress(self) -> tuple[int | None, str]:
         """The last committed batchId of this query and the run id that committed it."""
         cfg = self.config
-        # A sink task reads only as far as its own keys' last records: another task killed inside
-        # its transaction must not hold it back (its retry may be waiting for this very core).
-        keys = (
-            None
-            if cfg.sink_partition is None
-            else {marker_key(cfg.query_id), marker_key(cfg.query_id, cfg.sink_partition)}
-        )
-        wait, seen = cfg.retry_deadline_seconds, self._continue()
-        view = read_progress(
-            cfg.consumer_conf, cfg.progress_topic, wait, keys, seen, self._readers()
-        )
-        if cfg.sink_partition is not None:
-            self._seen = view
+        view = self._reads.read()
         query = view.newest(cfg.query_id)
         if cfg.sink_partition is None:
             self.last_marker = query
@@ -362,23 +366,6 @@ class TxnSession(TxnCalls):
         if newest is None:
             return None, ""
         return newest.batch_id, newest.run_id
-
-    def _continue(self) -> ProgressView | None:
-        """The view of the progress topic a sink task's next read continues (None: the driver's
-        session, which reads it whole; it re-reads it only when fenced, rarely)."""
-        return self._seen if self.config.sink_partition is not None else None
-
-    def _readers(self) -> KeptReaders | None:
-        """The consumers a sink task reads the progress topic with, kept by its Python worker
-        for all its sessions (None: the driver's session, which reads it rarely, and noida-db,
-        whose reads start at the log's start each time)."""
-        cfg = self.config
-        if (
-            cfg.sink_partition is None
-            or broker_quirks(cfg.consumer_conf).hides_commits_read_mid_log
-        ):
-            return None
-        return kept_readers(cfg.consumer_conf, cfg.progress_topic, "topics.progress")
 
     def close(self) -> None:
         """Drop the producer, and close the continuity probe's consumer."""

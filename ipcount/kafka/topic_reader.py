@@ -43,8 +43,10 @@ _IDLE_FETCH_SECONDS = 0.05
 # read_to_end's consume() timeout: it re-checks the positions after each. consume() waits its
 # whole timeout unless max_records arrive, so a small topic's read (the progress topic, which a
 # sink task reads each time it takes over its partition's producer) ends this long after its last
-# record came: 50 ms made a task's two reads ~0.1 s slower.
-_READ_TO_END_POLL_SECONDS = 0.005
+# record came: 50 ms made a task's two reads ~0.1 s slower, 5 ms ~8 ms slower. It starts at 1 ms
+# and doubles with each empty poll up to 8 ms, so a read that waits (an open transaction holds
+# read_committed readers back) does not spin.
+_READ_TO_END_POLL_SECONDS = (0.001, 0.008)
 
 
 def consumer_conf(
@@ -332,11 +334,14 @@ class TopicReader:
             ends = {p: min(end, until[p]) for p, end in ends.items() if p in until}
         deadline = time.monotonic() + deadline_seconds
         pending = {p for p, end in ends.items() if end > self._next[p]}
+        wait, longest = _READ_TO_END_POLL_SECONDS
         while pending:
             # consume() waits its whole timeout unless max_records arrive: a short one, so a small
             # topic (the progress markers every start and first commit read) ends at its end,
             # not 0.5 s later.
-            yield from self.poll(timeout=_READ_TO_END_POLL_SECONDS)
+            got = self.poll(timeout=wait)
+            yield from got
+            wait = _READ_TO_END_POLL_SECONDS[0] if got else min(wait * 2, longest)
             pos = self.positions()
             pending = {p for p in pending if pos.get(p, -1) < ends[p]}
             if pending and time.monotonic() > deadline:

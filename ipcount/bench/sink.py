@@ -17,6 +17,7 @@ from ipcount.config import Settings, load_settings
 from ipcount.formats.avro import SingleObjectCodec
 from ipcount.kafka.topic_reader import TopicReader
 from ipcount.kafka.topics import ensure_topics
+from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.marker import ProgressMarker
 from ipcount.sink.producer_config import (
     TxnConfig,
@@ -129,9 +130,25 @@ def run_sink(args: argparse.Namespace, say: Say) -> int:
                 f"committed_results_per_s={n / r['commit']:,.0f}"
             )
         session.close()
+        say(_fence_line(task))
         for markers in [int(h.replace("_", "")) for h in args.history.split(",") if h.strip()]:
             say(_hand_over(settings, task, markers))
     return 0
+
+
+def _fence_line(task: TxnConfig, ids: int = 6, times: int = 5) -> str:
+    """What a job's start spends ending its predecessors' transactions: `fence_predecessors` of
+    `ids` new transactional ids (the default job's: two queries, each with two sink tasks)."""
+    took = []
+    for _ in range(times):
+        tids = [f"bench-fence-{uuid.uuid4().hex[:8]}" for _ in range(ids)]
+        t = time.perf_counter()
+        fence_predecessors(dict(task.producer_conf), tids, task.transaction_timeout_ms, 30.0)
+        took.append(time.perf_counter() - t)
+    return (
+        f"fence_predecessors ids={ids} seconds={statistics.median(took):.3f} "
+        f"(median of {times}) slowest={max(took):.3f}"
+    )
 
 
 def _hand_over(settings: Settings, task: TxnConfig, markers: int) -> str:

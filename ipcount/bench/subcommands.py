@@ -135,7 +135,8 @@ def _sink(kinds: Any) -> None:
         "sink",
         help="the transactional sink alone: committed results/s for one sink task's N results",
         description="Encode N results and commit them in one Kafka transaction as a sink task "
-        "does on its executor; per size. Then the hand-over: two Python workers commit the same "
+        "does on its executor; per size. Then what a job's start spends fencing its six "
+        "transactional ids (fence_predecessors, new ids). Then the hand-over: two Python workers commit the same "
         "sink partition in turn (as Spark's reused workers do), each commit after the other's, "
         "with --history markers of another query already in the progress topic. "
         "Built-in default settings; --config/--set do not apply.",

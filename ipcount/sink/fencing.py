@@ -93,6 +93,10 @@ def _fence(
     }
     producer = Producer(with_client_logging(conf, "ipcount.txn.librdkafka"))
     try:
+        # A new producer that finds no broker connection up yet asks for its producer id again
+        # only 500 ms later (librdkafka's idempotence timer): a metadata request first makes one
+        # ready. Without it, 7 in 8 starts' fencing of six ids took 0.52 s instead of 0.04 s.
+        producer.list_topics(timeout=deadline_seconds)
         producer.init_transactions(deadline_seconds)
     except KafkaException as exc:
         raise SinkError(

@@ -25,6 +25,12 @@ def test_the_sink_benchmark_times_the_hand_over_between_workers(bootstrap: str) 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^results=1000 encode=\S+ .* committed_results_per_s=", proc.stdout, re.M)
+    fence = re.search(
+        r"^fence_predecessors ids=6 seconds=(\d+\.\d{3}) \(median of 5\) slowest=(\d+\.\d{3})$",
+        proc.stdout,
+        re.M,
+    )
+    assert fence and 0 < float(fence[1]) <= float(fence[2]), proc.stdout
     lines = [m.groupdict() for m in HAND_OVER.finditer(proc.stdout)]
     assert [line["markers"] for line in lines] == ["0", "300"], proc.stdout
     for line in lines:

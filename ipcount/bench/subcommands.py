@@ -136,10 +136,10 @@ def _sink(kinds: Any) -> None:
         help="the transactional sink alone: committed results/s for one sink task's N results",
         description="Encode N results and commit them in one Kafka transaction as a sink task "
         "does on its executor; per size. Then what a job's start spends fencing its six "
-        "transactional ids (fence_predecessors, new ids). Then the hand-over: two Python workers commit the same "
-        "sink partition in turn (as Spark's reused workers do), each commit after the other's, "
-        "with --history markers of another query already in the progress topic. "
-        "Built-in default settings; --config/--set do not apply.",
+        "transactional ids (fence_predecessors, new ids). Then the hand-over: two Python "
+        "workers commit the same sink partition in turn (as Spark's reused workers do), each "
+        "commit after the other's, with --history markers of another query already in the "
+        "progress topic. Built-in default settings; --config/--set do not apply.",
     )
     p.add_argument("--sizes", default="10000,100000,1000000", help="comma list of batch sizes")
     p.add_argument(

@@ -179,6 +179,58 @@ def test_a_look_at_the_tails_does_not_hold_the_next_plan(bootstrap: str) -> None
         reader.stop()
 
 
+def test_each_look_at_the_tails_finds_the_newest_record_without_waiting_on_the_last(
+    bootstrap: str,
+) -> None:
+    """A paced live query looks at the partitions' last records at every plan, so that a record
+    closing a window is admitted at once; an AvailableNow run's last data batch looks again for
+    its flush heartbeat's base. Each look reads records that are there, then leaves its consumer
+    fetching at the log's end, where the broker holds the fetch for fetch.wait.max.ms (500 ms by
+    default), and the next look's fetch queued behind it on the same connection: every look but
+    the first took ~0.5 s and often gave up at the pacing look's 0.5 s deadline, without the
+    record that closes the window. Here the user's consumers wait 10 s at the log's end, which
+    the driver's looks must not inherit."""
+    topic = _topic(bootstrap, 2)
+    _produce(bootstrap, topic, 0, 10)  # event times BASE_MS + 0..9 ms: window [BASE, BASE+5 s)
+    _produce(bootstrap, topic, 1, 10, first=100)
+    reader = _reader(
+        bootstrap,
+        topic,
+        startingOffsets="earliest",
+        minBatchIntervalMs="600000",  # only a window-closing record is admitted before it
+        windowMs="5000",
+        idleTimeoutMs="600000",  # heartbeats on: the AvailableNow flush below
+        **{"kafka.fetch.wait.max.ms": "10000"},
+    )
+    try:
+        plan = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert plan == _offsets(topic, p0=10, p1=10)  # the first plan is never held
+        # Records that close nothing wait for the interval; Spark plans again at every tick, and
+        # every plan looks at the same tails.
+        _produce(bootstrap, topic, 0, 5, first=10)
+        began = time.monotonic()
+        for _ in range(8):
+            assert reader.latestOffset(plan, ReadAllAvailable()) == plan
+        took = time.monotonic() - began
+        assert took < 2.0, f"8 held plans took {took:.1f} s: each waited on the last look's fetch"
+        for k in range(1, 3):
+            # BASE + 5k s closes window k - 1 (watermark delay 0): admitted by the next plan.
+            _produce(bootstrap, topic, k % 2, 1, first=5_000 * k)
+            closing = reader.latestOffset(plan, ReadAllAvailable())
+            assert closing != plan, f"plan {k}: the record closing window {k - 1} was held"
+            plan = closing
+        # AvailableNow: the run's last data batch carries a flush heartbeat from the newest record.
+        _produce(bootstrap, topic, 0, 1, first=20_000)
+        reader.prepareForTriggerAvailableNow()
+        began = time.monotonic()
+        last = reader.latestOffset(plan, ReadAllAvailable())
+        took = time.monotonic() - began
+        assert last["heartbeat"]["base"] == BASE_MS + 20_000, last
+        assert took < 2.0, f"the flush's look took {took:.1f} s"
+    finally:
+        reader.stop()
+
+
 def test_starting_offsets_json_and_missing_topic(bootstrap: str) -> None:
     topic = _topic(bootstrap, 2)
     _produce(bootstrap, topic, 0, 5)

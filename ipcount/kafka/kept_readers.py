@@ -14,17 +14,13 @@ from contextlib import contextmanager
 from confluent_kafka import Consumer, KafkaException
 
 from ipcount.errors import BrokerError
+from ipcount.kafka import SHORT_FETCH_WAIT_MS
 from ipcount.kafka.topic_reader import TopicReader, consumer_conf
 
 __all__ = ["KeptReaders", "kept_readers"]
 
 logger = logging.getLogger(__name__)
 
-# A kept reader's fetches at the log's end return after this long. It gives up its partitions
-# after each read, but a fetch it left waiting at the end still holds the next request on that
-# connection (the broker answers one connection's requests in order; librdkafka's default wait is
-# 500 ms).
-_FETCH_WAIT_MS = "10"
 # Processes that read several topics or clusters (tests, the bench) keep the readers of the last
 # few only; the others are closed.
 _MAX_KEPT = 2
@@ -36,7 +32,8 @@ class KeptReaders:
     (a lock); a reader a read failed in is closed, and the next read opens a new one."""
 
     def __init__(self, conf: Mapping[str, str], topic: str, topic_setting: str) -> None:
-        self._conf = {**conf, "fetch.wait.max.ms": _FETCH_WAIT_MS}
+        # It gives up its partitions after each read, but not a fetch left waiting at the end.
+        self._conf = {**conf, "fetch.wait.max.ms": SHORT_FETCH_WAIT_MS}
         self.topic, self._setting = topic, topic_setting
         self._readers: dict[str, TopicReader] = {}
         self._lookups: Consumer | None = None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ipcount.errors import BrokerError, SinkError
+from ipcount.kafka import SHORT_FETCH_WAIT_MS
 from ipcount.kafka.topic_reader import consumer_conf
 from ipcount.kafka.watermarks import partition_offsets
 from ipcount.sink.history import lost_commit
@@ -21,10 +22,6 @@ __all__ = ["ContinuityProbe", "StaleSession", "check_still_committed"]
 
 logger = logging.getLogger(__name__)
 
-# The probe's fetches at the log's end return after this long: the broker answers a connection's
-# requests in order, so a fetch held at the end would hold the next check's offset lookup behind it
-# (librdkafka's default waits 500 ms).
-_PROBE_FETCH_WAIT_MS = 10
 # How long the check waits for its own last commit's markers to be written (see _stable_end_past),
 # and how often it asks meanwhile.
 _SETTLE_SECONDS = 0.25
@@ -57,7 +54,7 @@ class ContinuityProbe:
                     **base,
                     "enable.partition.eof": True,
                     "auto.offset.reset": "latest",
-                    "fetch.wait.max.ms": _PROBE_FETCH_WAIT_MS,
+                    "fetch.wait.max.ms": SHORT_FETCH_WAIT_MS,
                 }
             )
         return self._consumer

@@ -11,6 +11,7 @@ from typing import Any
 
 from ipcount.config import MAX_BYTES_PER_BATCH, MIN_BYTES_PER_BATCH, RunMode, Settings
 from ipcount.errors import ConfigError, SourceError
+from ipcount.kafka import SHORT_FETCH_WAIT_MS
 from ipcount.kafka.quirks import broker_quirks, quirks_named
 from ipcount.source.offsets import TopicPartitionKey, parse_starting_offsets
 
@@ -128,10 +129,9 @@ class SourceOptions:
         # Executors must notice deleted offsets (data loss); the driver's tail reads move up.
         conf["auto.offset.reset"] = "error" if role == "executor" else "earliest"
         if role == "driver":
-            # Its looks at the tails read records that are there, then leave a fetch at the log's
-            # end that the broker holds for fetch.wait.max.ms (500 ms by default), and the next
-            # look's fetch queued behind it: ~0.5 s each. Nothing is awaited at the end here.
-            conf["fetch.wait.max.ms"] = "10"
+            # Its looks at the tails read records that are there: nothing is awaited at the end,
+            # and a fetch held there held the next look (whatever the read tasks' setting).
+            conf["fetch.wait.max.ms"] = SHORT_FETCH_WAIT_MS
         return conf
 
     def admin_conf(self) -> dict[str, str]:

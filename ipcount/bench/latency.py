@@ -168,7 +168,7 @@ def run_latency(args: argparse.Namespace, settings: Settings, say: Say) -> int:
             for phase in phases:
                 if phase.proc is not None:
                     phase.proc.send_signal(signal.SIGTERM)
-            # A clean stop (a micro-batch in flight is cancelled, nothing of it visible).
+            # A clean stop (a micro-batch in flight is cancelled and replayed at the next start).
             job.child.send_signal(signal.SIGTERM)
         run = finish_job_child(job, 300)
         for line in _report(phases, watcher.received, run.result, timing):

@@ -192,8 +192,9 @@ def _run(
 
     def _request_stop(signum: int, _frame: FrameType | None) -> None:
         logger.info(
-            "received %s: stopping the queries (a micro-batch in flight is cancelled, nothing of "
-            "it visible, and replayed from its offsets at the next start)",
+            "received %s: stopping the queries (a micro-batch in flight is cancelled and replayed "
+            "from its offsets at the next start; sink tasks' shares committed before the cancel "
+            "stay committed, and the replay skips them)",
             signal.Signals(signum).name,
         )
         watch.stop.set()

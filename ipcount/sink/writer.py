@@ -295,7 +295,8 @@ class KafkaTxnStreamWriter(DataSourceStreamArrowWriter):
         failed = sum(1 for m in messages if m is None)
         logger.warning(
             "batch %d was not committed to %s (%d of %d write tasks failed; otherwise the commit "
-            "failed): nothing of it is visible to read_committed readers",
+            "failed): shares its tasks committed stay visible and the replay skips them; the "
+            "rest is not visible to read_committed readers",
             batchId,
             self.config.topic,
             failed,

@@ -39,21 +39,11 @@ OUTPUTS = ("records", "counts", "rejects")
 _RETIRED = {"maxrecordbytes"}
 # Spark Kafka options this source does not implement: fail instead of silently ignoring them.
 _UNSUPPORTED = {
-    "assign",
-    "subscribepattern",
-    "endingoffsets",
-    "startingtimestamp",
-    "startingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy",
-    "endingtimestamp",
-    "endingoffsetsbytimestamp",
-    "includeheaders",
-    "minoffsetspertrigger",
-    "maxtriggerdelay",
-    "groupidprefix",
-    "fetchoffset.numretries",
-    "fetchoffset.retryintervalms",
-}
+    "assign", "subscribepattern", "endingoffsets", "startingtimestamp",
+    "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "endingtimestamp",
+    "endingoffsetsbytimestamp", "includeheaders", "minoffsetspertrigger", "maxtriggerdelay",
+    "groupidprefix", "fetchoffset.numretries", "fetchoffset.retryintervalms",
+}  # fmt: skip
 # librdkafka settings the source must own: it tracks offsets itself, in Spark's checkpoint.
 _OWNED_KAFKA = {
     "auto.offset.reset": "use the startingOffsets option",
@@ -361,7 +351,8 @@ def source_options(
         "available_now_flush": "all" if mode.close_all_windows else "data",
         "watermark_delay_ms": delay_ms,
         "starting_offsets": job.starting_offsets,
-        "max_offsets_per_trigger": job.max_offsets_per_trigger,
+        # Rejects: every counting batch since the last run (source.follow bounds it), not a limit.
+        "max_offsets_per_trigger": None if output == "rejects" else job.max_offsets_per_trigger,
         "min_batch_interval_ms": batch_interval_ms or None,
         "fail_on_data_loss": job.fail_on_data_loss,
         "max_bytes_per_batch": job.max_bytes_per_batch,

@@ -17,12 +17,13 @@ _DESCRIPTION = """\
 Start a local broker (or use the configured one), fresh topics, `loadgen synth` at --rate records
 per second for --duration seconds, and the Spark job (with its metrics endpoint). Every
 --restart-every seconds stop the job, SIGTERM and SIGKILL in turn, and start it again from its
-checkpoint. Every --report-every seconds print one line: batches committed, each restart's time to
-its first committed batch, the checkpoint's bytes and files, the offset and commit log entries, the
-state store's files, changelogs and snapshots, the job's driver and Python worker memory (RSS),
-open file descriptors, the progress topic's records and /healthz. These must stay flat in the job's
-age. At the end every count is verified against the generator's ledger (read_committed). Global
---set options apply to the job. Exit 0 only if exact and the job never exited on its own."""
+checkpoint (a restart waits for the running job's first committed batch). Every --report-every
+seconds print one line: batches committed, each restart's time to its first committed batch, the
+checkpoint's bytes and files, the offset and commit log entries, the state store's files, changelogs
+and snapshots, the job's driver and Python worker memory (RSS), open file descriptors, the progress
+topic's records and /healthz. These must stay flat in the job's age. At the end every count is
+verified against the generator's ledger (read_committed). Global --set options apply to the job.
+Exit 0 only if exact and the job never exited on its own."""
 
 
 def register(sub: SubParsers) -> None:

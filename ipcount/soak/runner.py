@@ -279,10 +279,12 @@ class SoakRunner:
                 if age >= next_report:
                     self._sample()
                     next_report += o.report_every_seconds
-                if age >= next_restart:
+                # A restart waits for the running job's first committed batch: a job stopped
+                # before it (a restart interval shorter than a start) would never commit anything.
+                if age >= next_restart and self._waiting is None:
                     self._restart(("SIGTERM", "SIGKILL")[restarts % 2])
                     restarts += 1
-                    next_restart += o.restart_every_seconds
+                    next_restart = max(next_restart + o.restart_every_seconds, age)
                 time.sleep(1.0)
             self.env.check_synth(more=False)
             self._finish()

@@ -22,6 +22,7 @@ from ipcount.bench.measure import RunFigures, RunKnobs, fmt_num, plan_preload
 from ipcount.bench.workspace import bench_env
 from ipcount.source.combiner import Combiner
 from ipcount.source.counting_task import batch_rules, read_task
+from ipcount.source.native_reader import read_values, uses_native_reader
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions, parse_options, source_options
 from ipcount.source.partition_reader import message_values, read_chunks, values_array
@@ -35,6 +36,8 @@ __all__ = ["COST_ROWS", "run_costs"]
 COST_ROWS = (
     ("fetch", "librdkafka fetch (its own threads)",
      "the process's CPU less the task thread's while it read: fetch, decompress, queue"),
+    ("native", "native read: values into Arrow buffers",
+     "native_reader.read_values in the task's thread: librdkafka's batches, one data buffer"),
     ("consume", "consume(): Message objects",
      "read_chunks in the task's thread less the two rows below: consume(), one Message each"),
     ("value", ".value() of each message", "partition_reader.message_values"),
@@ -42,6 +45,8 @@ COST_ROWS = (
     ("decode", "UTF-8 check", "null mask, cast to string (Arrow validates UTF-8)"),
     ("match", "line regex (RE2, whole line)", "match_substring_regex(LINE_PATTERN_RE2)"),
     ("prefix", "prefix capture (IP and time text)", "the first space and first quote; slices"),
+    ("scan", "prefix scan (compiled): both texts, grouped",
+     "ChunkParser._scanned: the helper cuts and groups; each distinct text decided (IP, time)"),
     ("clients", "IP canonicalisation", "dictionary-encode the IP texts; client_ip per new text"),
     ("times", "time parse ($time_local)",
      "dictionary-encode the time texts; parse_time_local per new text"),
@@ -56,6 +61,7 @@ _PROFILED = {
     "decode": ("arrow_parse.py", "_decode"),
     "match": ("arrow_parse.py", "_match_lines"),
     "prefix": ("arrow_parse.py", "_prefix_fields"),
+    "scan": ("arrow_parse.py", "_scanned"),
     "clients": ("arrow_parse.py", "_clients"),
     "times": ("arrow_parse.py", "_event_times"),
     "verdicts": ("arrow_parse.py", "_verdicts"),
@@ -106,7 +112,7 @@ def _hand_off(options: SourceOptions, batches: Iterable[pa.RecordBatch]) -> int:
 def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> None:
     """One read task of output=counts, step by step as counting_task.read_task runs it: the
     per-record steps timed directly, the chunk steps (parse, combine) under cProfile."""
-    combiner = Combiner(batch_rules(options, None, None))
+    combiner = Combiner(batch_rules(options, None, None), native=options.native_helpers != "off")
     profile = cProfile.Profile(time.thread_time)
 
     def convert(msgs: list[Message]) -> pa.Array:  # partition_reader.chunk_values, timed
@@ -119,13 +125,17 @@ def _profiled_task(options: SourceOptions, rng: OffsetRange, costs: _Costs) -> N
         return costs.seconds.get("value", 0.0) + costs.seconds.get("arrow", 0.0)
 
     proc0, thread0 = time.process_time(), time.thread_time()
-    chunks = read_chunks(options, rng, convert)
+    native = uses_native_reader(options)
+    chunks = read_values(options, rng) if native else read_chunks(options, rng, convert)
     while True:
         t0, c0 = time.thread_time(), converting()
         array = next(chunks, None)
-        costs.add("consume", time.thread_time() - t0 - (converting() - c0))
+        costs.add("native" if native else "consume", time.thread_time() - t0 - (converting() - c0))
         if array is None:
             break
+        if native:
+            costs.records += len(array)
+            costs.chunks += 1
         profile.runcall(combiner.add, array)
     result = _timed(costs, "merge", combiner.result)
     _timed(costs, "handoff", lambda: _hand_off(options, [result]))
@@ -147,15 +157,24 @@ def _plain_task(options: SourceOptions, rng: OffsetRange) -> float:
     return time.process_time() - t0
 
 
-def _python_side(options: SourceOptions, topic: str, ends: dict[int, int]) -> tuple[_Costs, float]:
-    """(the profiled steps over every partition, the unprofiled read's CPU seconds), each
-    partition one task as a batch of that size would have it, after a warm-up read."""
+def _python_side(
+    options: SourceOptions, topic: str, ends: dict[int, int]
+) -> tuple[_Costs, dict[str, float]]:
+    """(the profiled steps over every partition, the unprofiled read's CPU seconds through the
+    native reader where it is built and through confluent-kafka's messages), each partition one
+    task as a batch of that size would have it, after a warm-up read."""
     first = next(iter(ends))
     _plain_task(options, OffsetRange(topic, first, 0, min(2_000, ends[first])))
     costs = _Costs()
     for partition, end in ends.items():
         _profiled_task(options, OffsetRange(topic, partition, 0, end), costs)
-    plain = sum(_plain_task(options, OffsetRange(topic, p, 0, end)) for p, end in ends.items())
+    plain: dict[str, float] = {}
+    paths = {"native": options, "messages": dataclasses.replace(options, native_helpers="off")}
+    for path, opts in paths.items():
+        if path == "native" and not uses_native_reader(opts):
+            continue
+        ranges = [OffsetRange(topic, p, 0, end) for p, end in ends.items()]
+        plain[path] = sum(_plain_task(opts, rng) for rng in ranges)
     return costs, plain
 
 
@@ -182,17 +201,22 @@ def _row(label: str, us: float | None, note: str) -> str:
     return f"| {label:<44} | {fmt_num(us, 2):>6} | {note} |"
 
 
-def _python_rows(costs: _Costs, plain_s: float) -> list[str]:
+def _python_rows(costs: _Costs, plain_s: dict[str, float]) -> list[str]:
     rows = [_row(label, costs.us(key), note) for key, label, note in COST_ROWS]
     total = sum(costs.us(key) for key, _, _ in COST_ROWS)
     rows.append(_row("Python read task, sum of the steps", total, "the rows above"))
-    rows.append(
-        _row(
-            "Python read task, unprofiled",
-            plain_s * 1e6 / costs.records,
-            "counting_task.read_task and the hand-off, process CPU, no profiler",
+    labels = {
+        "native": "Python read task, unprofiled, native reader",
+        "messages": "Python read task, unprofiled, Message path",
+    }
+    for path, seconds in plain_s.items():
+        rows.append(
+            _row(
+                labels[path],
+                seconds * 1e6 / costs.records,
+                "counting_task.read_task and the hand-off, process CPU, no profiler",
+            )
         )
-    )
     return rows
 
 

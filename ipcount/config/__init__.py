@@ -10,6 +10,7 @@ from ipcount.config.settings import (
     MAX_RECORD_BYTES,
     MIN_BYTES_PER_BATCH,
     MIN_TRANSACTION_TIMEOUT_MS,
+    NATIVE_MODES,
     Settings,
     SinkSettings,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MIN_BYTES_PER_BATCH",
     "MIN_TRANSACTION_TIMEOUT_MS",
+    "NATIVE_MODES",
     "Settings",
     "SinkSettings",
     "default_config_path",

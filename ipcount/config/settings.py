@@ -26,6 +26,7 @@ __all__ = [
     "MIN_BYTES_PER_BATCH",
     "MAX_RECORD_BYTES",
     "WIRE_FORMATS",
+    "NATIVE_MODES",
     "MIN_TRANSACTION_TIMEOUT_MS",
     "validate",
 ]
@@ -39,6 +40,10 @@ MIN_BYTES_PER_BATCH = 1024
 MAX_RECORD_BYTES = 8192
 # The sink's wire formats (sink.wire_format): Avro single-object encoding or Confluent's framing.
 WIRE_FORMATS = ("single-object", "confluent")
+# How a counting read task takes its records from librdkafka (job.native_helpers): through the
+# compiled helper ipcount.source._fastread where it is built (auto), always (on: fail where it is
+# not), or through confluent-kafka's Message objects (off).
+NATIVE_MODES = ("auto", "on", "off")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000
 
@@ -98,6 +103,10 @@ class JobSettings:
     # corrections (same transaction as the batch). Needs the checkpoint readable from Python
     # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
     late_corrections: bool = True
+    # Read tasks copy record values from librdkafka straight into Arrow buffers with the compiled
+    # helper that pip builds where a C compiler is found: auto (where it is built), on (fail where
+    # it is not), off (confluent-kafka's Message objects; the same counts, more CPU per record).
+    native_helpers: str = "auto"
     # Restart strategy (Flink's failure-rate): a failed query is restarted in the driver, this long
     # apart, up to restart_attempts times within restart_window_seconds (0: the job's whole life).
     # Fatal failures (fenced, config, sink history, data loss with failOnDataLoss) stop at once.
@@ -269,6 +278,7 @@ _BOUNDS: tuple[tuple[str, str, float, bool, str], ...] = (
 _CHOICES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("kafka", "broker_quirks", ("auto", "noida-db", "none")),
     ("sink", "wire_format", WIRE_FORMATS),
+    ("job", "native_helpers", NATIVE_MODES),
     ("broker", "kind", ("noida-db", "kafka")),
     ("spark", "state_store", ("rocksdb", "hdfs")),
 )

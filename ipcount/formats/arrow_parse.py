@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,7 @@ from ipcount.formats.accesslog import (
 )
 
 __all__ = [
+    "PREFIX_SCAN_MISSING",
     "OK",
     "NO_VALUE",
     "NOT_UTF8",
@@ -31,6 +33,14 @@ __all__ = [
     "ChunkParser",
     "malformed_reason",
 ]
+
+try:  # the compiled helper (setup.py); without it Arrow's kernels cut the same texts
+    from ipcount.formats import _prefix_scan  # type: ignore[attr-defined]
+except ImportError as exc:
+    _prefix_scan = None
+    PREFIX_SCAN_MISSING: str | None = f"not built ({exc})"
+else:
+    PREFIX_SCAN_MISSING = None
 
 # Verdict codes per record: counted-if-in-time, or why it is malformed.
 OK, NO_VALUE, NOT_UTF8, NOT_COMBINED, BAD_IP, BAD_TIME, TIME_RANGE = range(7)
@@ -107,6 +117,15 @@ class _Decided:
         code = self._accepted.get(text)
         return self._rejected.get(text) if code is None else code
 
+    def codes(self, texts: list[str]) -> list[int | None]:
+        """`get` of each text (one C-level pass over the accepted ones, the common case)."""
+        out = list(map(self._accepted.get, texts))
+        if self._rejected and None in out:
+            for i, code in enumerate(out):
+                if code is None:
+                    out[i] = self._rejected.get(texts[i])
+        return out
+
     def put(self, text: str, code: int) -> None:
         table, cap = (
             (self._accepted, _MAX_ACCEPTED) if code >= 0 else (self._rejected, _MAX_REJECTED)
@@ -139,6 +158,23 @@ def _distinct(
     per_row = codes[index] if len(codes) else np.full(len(column), -1, dtype=np.int64)
     present = ~np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return per_row, present
+
+
+def _decided_rows(
+    index: bytes, texts: list[str], decide: _Decided, compute: Callable[[str], int]
+) -> np.ndarray:
+    """The code per row of the helper's grouping (`index`: an int32 per row into `texts`, -1
+    where the line did not match): each distinct text decided once by `compute`, as `_distinct`
+    does, remembered in `decide`."""
+    known = decide.codes(texts)
+    for i, code in enumerate(known):
+        if code is None:
+            known[i] = code = compute(texts[i])
+            decide.put(texts[i], code)
+    codes = np.empty(len(texts) + 1, dtype=np.int64)
+    codes[:-1] = cast(list[int], known)  # every None decided above
+    codes[-1] = -1  # index -1: no text
+    return codes[np.frombuffer(index, dtype=np.int32)]
 
 
 def _value_offsets(strings: pa.Array) -> np.ndarray:
@@ -184,11 +220,13 @@ class ChunkParser:
     rejected unseen, and the decided texts are bounded tables (`_Decided`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
         self._times = _Decided()
         self._ip_codes = _Decided()
         self._canonical: dict[str, int] = {}
         self.ips: list[str] = []
+        # Cut and group the prefix texts with the compiled helper where it is built.
+        self._scan = _prefix_scan.scan if native and _prefix_scan is not None else None
 
     def _time_ms(self, text: str) -> int:
         try:
@@ -215,9 +253,13 @@ class ChunkParser:
             values = values.combine_chunks()
         null, strings, utf8 = self._decode(values)
         matched = self._match_lines(strings)
-        ip_text, time_text = self._prefix_fields(strings, matched)
-        ip_code, ip_present = self._clients(ip_text)
-        times, time_present = self._event_times(time_text)
+        if self._scan is not None:
+            ip_code, times = self._scanned(strings, matched)
+            ip_present = time_present = matched
+        else:
+            ip_text, time_text = self._prefix_fields(strings, matched)
+            ip_code, ip_present = self._clients(ip_text)
+            times, time_present = self._event_times(time_text)
         return self._verdicts(null, utf8, matched, ip_code, ip_present, times, time_present)
 
     # Each step a method of its own: `ipcount bench costs` profiles them one by one.
@@ -253,6 +295,23 @@ class ChunkParser:
         return (
             _slices(strings, begin, ip_end, matched, n),
             _slices(strings, time_begin, time_end, matched, n),
+        )
+
+    def _scanned(self, strings: pa.Array, matched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """_prefix_fields, _clients and _event_times in one: the compiled helper cuts the same
+        texts at the same positions and groups the distinct ones, each then decided as there."""
+        n = len(strings)
+        if not matched.any():
+            return np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        _, offsets, data = strings.buffers()
+        scan = cast(Callable[..., tuple[bytes, list[str], bytes, list[str]]], self._scan)
+        ip_index, ip_texts, time_index, time_texts = scan(
+            data, offsets, strings.offset, n, matched.view(np.uint8),
+            _LONGEST_IP_TEXT, TIME_TEXT_LENGTH,
+        )  # fmt: skip
+        return (
+            _decided_rows(ip_index, ip_texts, self._ip_codes, self._ip),
+            _decided_rows(time_index, time_texts, self._times, self._time_ms),
         )
 
     def _clients(self, ip_text: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ from ipcount.sink.fencing import fence_predecessors
 from ipcount.sink.producer_config import default_transactional_id, task_transactional_id
 from ipcount.sink.start_check import check_sink_history
 from ipcount.sink.writer import sink_options
+from ipcount.source.native_reader import check_read_path
 from ipcount.source.options import source_options
 from ipcount.source.pacing import tick_seconds
 
@@ -119,7 +120,8 @@ def preflight(settings: Settings) -> None:
     """Checks that fail fast with a clear message before Spark starts a query.
 
     Raises:
-        ConfigError: missing topics, or a transaction timeout above the broker's maximum.
+        ConfigError: missing topics, a transaction timeout above the broker's maximum, or
+            job.native_helpers=on where the native reader is not built.
         BrokerError: the broker is unreachable.
     """
     needed = [settings.topics.source, settings.topics.sink, settings.topics.progress]
@@ -139,6 +141,7 @@ def preflight(settings: Settings) -> None:
         settings.sink.transaction_timeout_ms,
         settings.kafka.connect_timeout_seconds,
     )
+    logger.info("read tasks count through %s", check_read_path(settings.job.native_helpers))
 
 
 def _sink_writer(

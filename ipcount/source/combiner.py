@@ -95,9 +95,10 @@ class Combiner:
     metrics.
     """
 
-    def __init__(self, rules: BatchRules) -> None:
+    def __init__(self, rules: BatchRules, native: bool = True) -> None:
         self.rules = rules
-        self.parser = ChunkParser()
+        # native: the compiled prefix scan where it is built (ChunkParser; the same verdicts).
+        self.parser = ChunkParser(native=native)
         self._partials: list[pa.Table] = []
         self.malformed = 0
         self.future = 0

@@ -11,14 +11,10 @@ from ipcount.formats.arrow_parse import ChunkParser
 from ipcount.source.arrow_schema import REJECTS_ARROW_SCHEMA
 from ipcount.source.clean_ranges import future_bound, is_clean, mark_clean, unmark
 from ipcount.source.combiner import BatchRules, Combiner, counts_heartbeat, reject_reasons
+from ipcount.source.native_reader import read_values
 from ipcount.source.offsets import OffsetRange
 from ipcount.source.options import SourceOptions
-from ipcount.source.partition_reader import (
-    chunk_values,
-    read_chunks,
-    read_messages,
-    records_batch,
-)
+from ipcount.source.partition_reader import chunk_values, read_messages, records_batch
 
 __all__ = ["batch_rules", "read_task"]
 
@@ -68,14 +64,14 @@ def _count(
 ) -> pa.RecordBatch:
     """The partial counts of `ranges` together (one Combiner); each range read whole with
     nothing rejected gets its clean-range marker (a marker of any attempt stays true)."""
-    combiner = Combiner(rules)
+    combiner = Combiner(rules, native=options.native_helpers != "off")
 
     def lost(n: int) -> None:
         combiner.lost += n
 
     for rng in ranges:
         rejected = combiner.malformed + combiner.future
-        for values in read_chunks(options, rng, chunk_values, on_lost=lost):
+        for values in read_values(options, rng, on_lost=lost):
             combiner.add(values)
         if options.clean_range_markers and combiner.malformed + combiner.future == rejected:
             # The whole range read, nothing rejected: the dead letters need not read it.
@@ -92,7 +88,7 @@ def _rejects(
         # The counting query read this exact range with this batch time and rejected nothing.
         unmark(marked, rng, rules.future_after_ms)
         return
-    parser = ChunkParser()
+    parser = ChunkParser(native=options.native_helpers != "off")
     for msgs in read_messages(options, rng):
         parsed = parser.parse(chunk_values(msgs))
         index, reasons = reject_reasons(parsed, rules)

@@ -9,7 +9,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipcount.config import MAX_BYTES_PER_BATCH, MIN_BYTES_PER_BATCH, RunMode, Settings
+from ipcount.config import (
+    MAX_BYTES_PER_BATCH,
+    MIN_BYTES_PER_BATCH,
+    NATIVE_MODES,
+    RunMode,
+    Settings,
+)
 from ipcount.errors import ConfigError, SourceError
 from ipcount.kafka import SHORT_FETCH_WAIT_MS
 from ipcount.kafka.quirks import broker_quirks, quirks_named
@@ -96,6 +102,7 @@ class SourceOptions:
     window_ms: int
     late_corrections: bool
     clean_range_markers: bool
+    native_helpers: str
 
     @property
     def heartbeats(self) -> bool:
@@ -247,6 +254,7 @@ _OPTIONS = (
     # output=counts: a task that finds no rejects in its range marks it clean under
     # queryCheckpoint (local only), so the dead-letter query (countsCheckpoint) skips that read.
     _Option("cleanRangeMarkers", "clean_range_markers", "false", _boolean),
+    _Option("nativeHelpers", "native_helpers", "auto", _one_of(NATIVE_MODES)),
 )
 _BY_FIELD = {o.field: o for o in _OPTIONS}
 _KNOWN = {o.name.lower() for o in _OPTIONS}
@@ -365,6 +373,7 @@ def source_options(
         "counts_checkpoint": counts_checkpoint or None,
         # Only a dead-letter query uses them.
         "clean_range_markers": output == "counts" and settings.job.dead_letter,
+        "native_helpers": job.native_helpers,
     }
     if heartbeats:
         values["idle_timeout_ms"] = _ms(job.idle_timeout_seconds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TypeVar, cast
 
@@ -31,6 +31,7 @@ from ipcount.worker_gc import gc_paused
 
 __all__ = [
     "BATCH_ROWS",
+    "MAX_BINARY_BYTES",
     "read_range",
     "read_messages",
     "read_chunks",
@@ -39,6 +40,10 @@ __all__ = [
     "message_values",
     "values_array",
     "chunk_values",
+    "chunk_bounds",
+    "follow_position",
+    "after_read_error",
+    "ReadState",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,7 +52,7 @@ logger = logging.getLogger(__name__)
 BATCH_ROWS = 50_000
 _DATA_LOSS_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
 # The largest data buffer a binary array's int32 offsets address.
-_MAX_BINARY_BYTES = 2**31 - 1
+MAX_BINARY_BYTES = 2**31 - 1
 _not_none = partial(operator.is_not, None)
 _T = TypeVar("_T")
 
@@ -156,7 +161,7 @@ def read_chunks(
     """
     consumer = new_consumer(options.consumer_conf("executor"))
     try:
-        state = _ReadState(rng.start, on_lost)
+        state = ReadState(rng.start, on_lost)
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         while state.pos < rng.end:
             # Message objects are GC-tracked: no collections while a batch of them is built, nor
@@ -187,7 +192,7 @@ def values_array(values: list[bytes | None]) -> pa.Array:
     present = cast(list[bytes], values)  # no None among them
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, present), dtype=np.int64, count=n), out=offsets[1:])
-    if offsets[-1] > _MAX_BINARY_BYTES:
+    if offsets[-1] > MAX_BINARY_BYTES:
         return pa.array(values, pa.binary())
     buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(present))]
     return pa.Array.from_buffers(pa.binary(), n, buffers)
@@ -198,7 +203,7 @@ def chunk_values(msgs: list[Message]) -> pa.Array:
     return values_array(message_values(msgs))
 
 
-class _ReadState:
+class ReadState:
     """Where a range read stands: the next offset, and when it last moved."""
 
     __slots__ = ("pos", "last_progress", "on_lost")
@@ -209,28 +214,62 @@ class _ReadState:
         self.on_lost = on_lost
 
 
-def _chunks(msgs: list[Message], max_bytes: int, total: int) -> list[list[Message]]:
-    """`msgs` in chunks of at most `max_bytes` value bytes each (a larger record: a chunk alone);
-    `total`: the value bytes of `msgs`."""
-    if not msgs:
+def chunk_bounds(sizes: Iterable[int], count: int, max_bytes: int, total: int) -> list[slice]:
+    """Where `count` records of `sizes` value bytes (`total` in all) are cut into chunks of at most
+    `max_bytes` value bytes each (a larger record: a chunk alone)."""
+    if not count:
         return []
     if total <= max_bytes:
-        return [msgs]
-    out: list[list[Message]] = []
+        return [slice(0, count)]
+    out: list[slice] = []
     first, size = 0, 0
-    for i, m in enumerate(msgs):
-        n = len(m)  # the value's size
+    for i, n in enumerate(sizes):
         if size + n > max_bytes and i > first:
-            out.append(msgs[first:i])
+            out.append(slice(first, i))
             first, size = i, 0
         size += n
-    if first < len(msgs):
-        out.append(msgs[first:])
+    if first < count:
+        out.append(slice(first, count))
     return out
 
 
+def _chunks(msgs: list[Message], max_bytes: int, total: int) -> list[list[Message]]:
+    """`msgs` in chunks of at most `max_bytes` value bytes each; `total`: their value bytes."""
+    # len(Message) is its value's size.
+    return [msgs[cut] for cut in chunk_bounds(map(len, msgs), len(msgs), max_bytes, total)]
+
+
+def follow_position(
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, st: ReadState
+) -> None:
+    """After a consume call: move `st` to the consumer's position when it passed offsets that
+    return nothing (control records, aborted transactions), or fail once the read has made no
+    progress for kafkaConsumer.pollTimeoutMs."""
+    now_pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
+    if now_pos > st.pos:
+        st.pos = now_pos
+        st.last_progress = time.monotonic()
+    elif time.monotonic() - st.last_progress > options.poll_timeout_ms / 1000:
+        raise SourceError(
+            f"no progress reading {rng.topic}/{rng.partition} for {options.poll_timeout_ms} ms "
+            f"(kafkaConsumer.pollTimeoutMs): at offset {st.pos}, reading up to {rng.end}"
+        )
+
+
+def after_read_error(
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, st: ReadState, err: KafkaError
+) -> None:
+    """An error event at `st.pos`: go on where it says (the rest of the range deleted: the read is
+    done, st.pos reaches the end), or raise."""
+    restart, lost = _handle_read_error(consumer, options, rng, st.pos, err)
+    if lost and st.on_lost is not None:
+        st.on_lost(lost)
+    st.pos = restart
+    st.last_progress = time.monotonic()
+
+
 def _next_batch(
-    consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int, st: _ReadState
+    consumer: Consumer, options: SourceOptions, rng: OffsetRange, batch_rows: int, st: ReadState
 ) -> list[list[Message]]:
     """Consume until `batch_rows` records or options.max_bytes_per_batch value bytes are pending,
     or the range ends; return them in chunks of at most that many bytes each (none when the range
@@ -239,8 +278,7 @@ def _next_batch(
     Raises:
         SourceError: as read_messages.
     """
-    topic, partition, end = rng.topic, rng.partition, rng.end
-    where = TopicPartition(topic, partition)
+    end = rng.end
     pending: list[Message] = []
     pending_bytes = 0
     max_bytes = options.max_bytes_per_batch
@@ -259,13 +297,7 @@ def _next_batch(
                 pending_bytes += sum(map(len, good))
                 if good:
                     st.pos = offset_of(good[-1]) + 1
-                error = cast(KafkaError, msgs[failed].error())
-                restart, lost = _handle_read_error(consumer, options, rng, st.pos, error)
-                if lost and st.on_lost is not None:
-                    st.on_lost(lost)
-                # The rest of the range deleted: the read is done (st.pos reaches the end).
-                st.pos = restart
-                st.last_progress = time.monotonic()
+                after_read_error(consumer, options, rng, st, cast(KafkaError, msgs[failed].error()))
                 continue
             if offset_of(msgs[-1]) >= end:
                 msgs = [m for m in msgs if offset_of(m) < end]
@@ -276,15 +308,7 @@ def _next_batch(
                 st.last_progress = time.monotonic()
             if len(pending) >= batch_rows or pending_bytes >= max_bytes:
                 return _chunks(pending, max_bytes, pending_bytes)
-        now_pos = consumer.position([where])[0].offset
-        if now_pos > st.pos:
-            st.pos = now_pos
-            st.last_progress = time.monotonic()
-        elif time.monotonic() - st.last_progress > options.poll_timeout_ms / 1000:
-            raise SourceError(
-                f"no progress reading {topic}/{partition} for {options.poll_timeout_ms} ms "
-                f"(kafkaConsumer.pollTimeoutMs): at offset {st.pos}, reading up to {end}"
-            )
+        follow_position(consumer, options, rng, st)
     return _chunks(pending, max_bytes, pending_bytes)
 
 

@@ -75,8 +75,7 @@ def test_base_image_and_java_17() -> None:
     (base,) = _args("FROM")
     # python:3.11-slim, on the Debian release that still packages openjdk-17.
     assert re.fullmatch(r"python:3\.11-slim-bookworm", base), base
-    (apt,) = [r for r in _args("RUN") if "apt-get install" in r]
-    assert "openjdk-17-jre-headless" in apt.split()
+    (apt,) = [r for r in _args("RUN") if "openjdk-17-jre-headless" in r.split()]
     assert "--no-install-recommends" in apt
     assert "rm -rf /var/lib/apt/lists/*" in apt
     # The interpreter version in SPARK_HOME / PYSPARK_PYTHON paths matches the base image.
@@ -106,6 +105,10 @@ def test_package_installed_into_the_venv_the_env_points_at() -> None:
     assert "python -m venv /opt/venv" in install
     # The job's dependencies plus the [loadgen] extra: the image also runs `loadgen serve`.
     assert "/opt/venv/bin/pip install '/opt/ipcount[loadgen]'" in install
+    # The compiled helpers are built (setup.py is copied, gcc is there for pip) and checked.
+    assert "setup.py" in _args("COPY")[0].split()
+    assert "install -y --no-install-recommends gcc libc6-dev" in install
+    assert "import ipcount.source._fastread, ipcount.formats._prefix_scan" in install
     assert env["PYSPARK_PYTHON"] == "/opt/venv/bin/python"
     assert env["PATH"].startswith("/opt/venv/bin:")
     assert env["SPARK_HOME"] == "/opt/venv/lib/python3.11/site-packages/pyspark"

@@ -30,7 +30,7 @@ class _Fetched:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.records = 0
         self.reads = 0
-        for name in ("read_chunks", "read_messages"):
+        for name in ("read_values", "read_messages"):
             monkeypatch.setattr(counting_task, name, self._counted(getattr(counting_task, name)))
 
     def _counted(self, real: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:

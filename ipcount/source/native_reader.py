@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+import confluent_kafka
 import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -85,7 +86,11 @@ def native_helper() -> ModuleType | None:
         _why = f"not built ({exc}): reinstall ipcount where a C compiler is found"
     else:
         path = _librdkafka_path()
-        if path is None:
+        version = str(confluent_kafka.__version__)
+        if not version.startswith("2."):
+            # The helper reads the Consumer's librdkafka handle where confluent-kafka 2.x has it.
+            _why = f"not for confluent-kafka {version} (it knows 2.x)"
+        elif path is None:
             _why = "librdkafka's file was not found among the process's libraries"
         else:
             try:

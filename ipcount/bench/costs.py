@@ -170,10 +170,10 @@ def _python_side(
         _profiled_task(options, OffsetRange(topic, partition, 0, end), costs)
     plain: dict[str, float] = {}
     paths = {"native": options, "messages": dataclasses.replace(options, native_helpers="off")}
+    ranges = [OffsetRange(topic, p, 0, end) for p, end in ends.items()]
     for path, opts in paths.items():
         if path == "native" and not uses_native_reader(opts):
             continue
-        ranges = [OffsetRange(topic, p, 0, end) for p, end in ends.items()]
         plain[path] = sum(_plain_task(opts, rng) for rng in ranges)
     return costs, plain
 

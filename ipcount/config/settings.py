@@ -40,9 +40,10 @@ MIN_BYTES_PER_BATCH = 1024
 MAX_RECORD_BYTES = 8192
 # The sink's wire formats (sink.wire_format): Avro single-object encoding or Confluent's framing.
 WIRE_FORMATS = ("single-object", "confluent")
-# How a counting read task takes its records from librdkafka (job.native_helpers): through the
-# compiled helper ipcount.source._fastread where it is built (auto), always (on: fail where it is
-# not), or through confluent-kafka's Message objects (off).
+# Whether the read tasks use their compiled helpers (job.native_helpers: ipcount.source._fastread
+# reads values, ipcount.formats._prefix_scan cuts clients and times): where built (auto), always
+# (on: a job fails at start where one is not), or never (off: confluent-kafka's Message objects
+# and Arrow's kernels).
 NATIVE_MODES = ("auto", "on", "off")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000
@@ -103,9 +104,10 @@ class JobSettings:
     # corrections (same transaction as the batch). Needs the checkpoint readable from Python
     # (local/shared file system, or s3://, gs://, hdfs:// through pyarrow). false: Spark drops them.
     late_corrections: bool = True
-    # Read tasks copy record values from librdkafka straight into Arrow buffers with the compiled
-    # helper that pip builds where a C compiler is found: auto (where it is built), on (fail where
-    # it is not), off (confluent-kafka's Message objects; the same counts, more CPU per record).
+    # Read tasks copy record values from librdkafka straight into Arrow buffers and cut clients and
+    # times out of the lines with the compiled helpers that pip builds where a C compiler is
+    # found: auto (where built), on (fail at start where one is not), off (confluent-kafka's
+    # Message objects and Arrow's kernels; the same counts, more CPU per record).
     native_helpers: str = "auto"
     # Restart strategy (Flink's failure-rate): a failed query is restarted in the driver, this long
     # apart, up to restart_attempts times within restart_window_seconds (0: the job's whole life).

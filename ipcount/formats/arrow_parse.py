@@ -138,22 +138,25 @@ class _Decided:
         return len(self._accepted) + len(self._rejected)
 
 
+def _codes(texts: list[str], decide: _Decided, compute: Callable[[str], int]) -> np.ndarray:
+    """Each text's code (int64), `compute`d (text -> int code) only for texts `decide` does not
+    remember yet, which it then remembers across chunks."""
+    known = decide.codes(texts)
+    for i, code in enumerate(known):
+        if code is None:
+            known[i] = code = compute(texts[i])
+            decide.put(texts[i], code)
+    return np.array(known, dtype=np.int64)
+
+
 def _distinct(
     column: pa.Array, decide: _Decided, compute: Callable[[str], int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(code per row, present mask): `column`'s distinct values decided once each by `compute`
-    (text -> int code), remembered in `decide` across chunks."""
+    """(code per row, present mask): `column`'s distinct values decided once each (`_codes`)."""
     encoded = pc.dictionary_encode(column)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
-    words = encoded.dictionary.to_pylist()
-    codes = np.empty(len(words), dtype=np.int64)
-    for i, word in enumerate(words):
-        code = decide.get(word)
-        if code is None:
-            code = compute(word)
-            decide.put(word, code)
-        codes[i] = code
+    codes = _codes(encoded.dictionary.to_pylist(), decide, compute)
     index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     per_row = codes[index] if len(codes) else np.full(len(column), -1, dtype=np.int64)
     present = ~np.asarray(encoded.indices.is_null().to_numpy(zero_copy_only=False), dtype=bool)
@@ -164,16 +167,9 @@ def _decided_rows(
     index: bytes, texts: list[str], decide: _Decided, compute: Callable[[str], int]
 ) -> np.ndarray:
     """The code per row of the helper's grouping (`index`: an int32 per row into `texts`, -1
-    where the line did not match): each distinct text decided once by `compute`, as `_distinct`
-    does, remembered in `decide`."""
-    known = decide.codes(texts)
-    for i, code in enumerate(known):
-        if code is None:
-            known[i] = code = compute(texts[i])
-            decide.put(texts[i], code)
-    codes = np.empty(len(texts) + 1, dtype=np.int64)
-    codes[:-1] = cast(list[int], known)  # every None decided above
-    codes[-1] = -1  # index -1: no text
+    where the line did not match, whose code is -1): each distinct text decided once
+    (`_codes`)."""
+    codes = np.append(_codes(texts, decide, compute), np.int64(-1))
     return codes[np.frombuffer(index, dtype=np.int32)]
 
 

@@ -121,7 +121,7 @@ def preflight(settings: Settings) -> None:
 
     Raises:
         ConfigError: missing topics, a transaction timeout above the broker's maximum, or
-            job.native_helpers=on where the native reader is not built.
+            job.native_helpers=on where a compiled helper is not built.
         BrokerError: the broker is unreachable.
     """
     needed = [settings.topics.source, settings.topics.sink, settings.topics.progress]

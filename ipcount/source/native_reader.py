@@ -24,7 +24,6 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ipcount.config import NATIVE_MODES
 from ipcount.errors import ConfigError
 from ipcount.formats.arrow_parse import PREFIX_SCAN_MISSING
 from ipcount.source.consumer import CONSUME_TIMEOUT_S, new_consumer
@@ -43,7 +42,6 @@ from ipcount.source.partition_reader import (
 )
 
 __all__ = [
-    "NATIVE_MODES",
     "check_read_path",
     "native_helper",
     "read_values",

@@ -162,16 +162,31 @@ def read_values(
     consumer = new_consumer(conf)
     try:
         queue = helper.PartitionQueue(consumer, rng.topic, rng.partition, conf["client.id"])
-        try:
-            # The queue is the application's before the assignment starts fetching into it.
-            consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
-            state = ReadState(rng.start, on_lost)
-            while state.pos < rng.end:
-                yield from _next_arrays(queue, consumer, options, rng, batch_rows, state)
-        finally:
-            queue.close()
-    finally:
+    except RuntimeError as exc:
+        # The consumer's handle is not where the helper reads it: this process reads messages.
         consumer.close()
+        _unusable(str(exc), options.native_helpers)
+        yield from read_chunks(options, rng, chunk_values, batch_rows, on_lost)
+        return
+    try:
+        # The queue is the application's before the assignment starts fetching into it.
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        state = ReadState(rng.start, on_lost)
+        while state.pos < rng.end:
+            yield from _next_arrays(queue, consumer, options, rng, batch_rows, state)
+    finally:
+        queue.close()
+        consumer.close()
+
+
+def _unusable(reason: str, mode: str) -> None:
+    """The helper failed its check on a live consumer: the rest of this process's read tasks
+    take confluent-kafka's messages (nativeHelpers=on: the task fails, saying why)."""
+    global _helper, _why
+    _helper, _why = None, f"unusable with this confluent-kafka: {reason}"
+    if mode == "on":
+        raise ConfigError(f"option nativeHelpers=on: the native reader is {_why}")
+    logger.warning("read tasks use confluent-kafka's messages: the native reader is %s", _why)
 
 
 def _next_arrays(

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ipcount.errors import DataLossError
+from ipcount.errors import ConfigError, DataLossError
 from ipcount.kafka.client import with_client_logging
 from ipcount.source import native_reader
 from ipcount.source.native_reader import native_helper, read_values
@@ -177,3 +177,38 @@ def _high_watermark(bootstrap: str, topic: str) -> int:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
     finally:
         consumer.close()
+
+
+def test_a_handle_the_helper_does_not_recognise_falls_back_to_messages(
+    bootstrap: str,
+    topic_with: Callable[[list[Any]], str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The helper's own check on the consumer's handle, made to fail as it does where
+    # confluent-kafka keeps the handle elsewhere: the name it reads is not the expected one.
+    helper = native_helper()
+    assert helper is not None
+    built = helper.PartitionQueue
+
+    def elsewhere(consumer: Any, topic: str, partition: int, client_id: str) -> Any:
+        return built(consumer, topic, partition, client_id + "-elsewhere")
+
+    monkeypatch.setattr(helper, "PartitionQueue", elsewhere)
+    monkeypatch.setattr(native_reader, "_helper", helper)
+    monkeypatch.setattr(native_reader, "_why", None)
+    values = HOSTILE * 5 + [LINE] * 500
+    topic = topic_with(values)
+    rng = OffsetRange(topic, 0, 0, len(values))
+    with caplog.at_level("WARNING", logger=native_reader.__name__):
+        auto = list(read_values(_options(bootstrap, topic, "auto"), rng))
+    assert pa.concat_arrays(auto).to_pylist() == values
+    assert "not where this module expects it" in caplog.text
+    # The rest of the process's tasks read messages without trying again; `on` says why.
+    assert native_helper() is None
+    again = list(read_values(_options(bootstrap, topic, "auto"), rng))
+    assert pa.concat_arrays(again).to_pylist() == values
+    monkeypatch.setattr(native_reader, "_helper", helper)
+    monkeypatch.setattr(native_reader, "_why", None)
+    with pytest.raises(ConfigError, match="nativeHelpers=on.*expects it"):
+        list(read_values(_options(bootstrap, topic, "on"), rng))

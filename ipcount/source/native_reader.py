@@ -163,10 +163,11 @@ def read_values(
     try:
         queue = helper.PartitionQueue(consumer, rng.topic, rng.partition, conf["client.id"])
     except RuntimeError as exc:
-        # The consumer's handle is not where the helper reads it: this process reads messages.
+        # The consumer's handle is not where the helper reads it: the helper is given up for this
+        # process, and the read goes the way any read without it goes (nativeHelpers=on: fails).
         consumer.close()
-        _unusable(str(exc), options.native_helpers)
-        yield from read_chunks(options, rng, chunk_values, batch_rows, on_lost)
+        _give_up(f"unusable with this confluent-kafka: {exc}")
+        yield from read_values(options, rng, on_lost, batch_rows)
         return
     try:
         # The queue is the application's before the assignment starts fetching into it.
@@ -179,14 +180,12 @@ def read_values(
         consumer.close()
 
 
-def _unusable(reason: str, mode: str) -> None:
-    """The helper failed its check on a live consumer: the rest of this process's read tasks
-    take confluent-kafka's messages (nativeHelpers=on: the task fails, saying why)."""
+def _give_up(reason: str) -> None:
+    """The helper failed its check on a live consumer: this process's later reads decide as
+    where it is not built (native_helper() is None from now on)."""
     global _helper, _why
-    _helper, _why = None, f"unusable with this confluent-kafka: {reason}"
-    if mode == "on":
-        raise ConfigError(f"option nativeHelpers=on: the native reader is {_why}")
-    logger.warning("read tasks use confluent-kafka's messages: the native reader is %s", _why)
+    _helper, _why = None, reason
+    logger.warning("the native reader is given up in this process: %s", reason)
 
 
 def _next_arrays(

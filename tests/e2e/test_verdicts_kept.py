@@ -28,6 +28,7 @@ from ipcount.verify.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 SKEW_S = 10
+START_MARGIN_S = 75
 # Spark keeps the newest 20 offset log entries (not its default 100): fewer batches purge batch 0.
 _RETAIN = ("--set", "spark.conf.spark.sql.streaming.minBatchesToRetain=20")
 # Sized to purge batch 0 with ten batches to spare: 30 counting batches against the 20 kept (was
@@ -58,12 +59,12 @@ def test_a_future_record_of_a_purged_batch_is_dead_lettered(
     ledger = Ledger(window_ms=5000)
     now = int(time.time() * 1000)
     t0 = (now - 120_000) // 5000 * 5000
-    # Future for batch 0 (planned within ~75 s of now: the run's start-up, which took over 25 s
-    # on a loaded CI machine once); no longer future for
-    # a batch planned after `near - SKEW_S`, such as the oldest one Spark keeps at the end: the
-    # job is frozen right after its batch 0 until then (asserted below, whatever the machine's
-    # speed; without the freeze a fast run planned every batch before it).
-    near = now + (SKEW_S + 75) * 1000
+    # Future for batch 0 (planned within START_MARGIN_S of now: the run's start-up, which took
+    # over 25 s on a loaded CI machine once); no longer future for a batch planned after
+    # `near - SKEW_S`, such as the oldest one Spark keeps at the end: the job is frozen right
+    # after its batch 0 until then (asserted below, whatever the machine's speed; without the
+    # freeze a fast run planned every batch before it).
+    near = now + (SKEW_S + START_MARGIN_S) * 1000
     near_line = format_record("198.51.100.9", near).encode()
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "linger.ms": 5})
     producer.produce(settings.topics.source, value=near_line)

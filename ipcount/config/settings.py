@@ -41,9 +41,9 @@ MAX_RECORD_BYTES = 8192
 # The sink's wire formats (sink.wire_format): Avro single-object encoding or Confluent's framing.
 WIRE_FORMATS = ("single-object", "confluent")
 # Whether the read tasks use their compiled helpers (job.native_helpers: ipcount.source._fastread
-# reads values, ipcount.formats._prefix_scan cuts clients and times): where built (auto), always
-# (on: a job fails at start where one is not), or never (off: confluent-kafka's Message objects
-# and Arrow's kernels).
+# reads values, ipcount.formats._prefix_scan checks lines, cuts clients and times): where built
+# (auto), always (on: a job fails at start where one is not), or never (off: confluent-kafka's
+# Message objects and Arrow's kernels).
 NATIVE_MODES = ("auto", "on", "off")
 # The shortest transaction timeout the sink takes (sink.transaction_timeout_ms).
 MIN_TRANSACTION_TIMEOUT_MS = 1000

@@ -1,6 +1,6 @@
 /*
- * ipcount.formats._prefix_scan: the client and $time_local texts of a chunk's lines, each
- * distinct text once.
+ * ipcount.formats._prefix_scan: which of a chunk's lines are of the access-log grammar, and the
+ * client and $time_local texts of those, each distinct text once.
  *
  * ChunkParser takes the two fields by position from the prefix of every line the grammar matched
  * (the client up to the first space, $time_local the TIME_TEXT_LENGTH bytes ending 2 before the
@@ -17,6 +17,9 @@
  * offset into them and its length; matched: one byte per line (non-zero: the grammar matched).
  * ip_index / time_index: bytes holding one int32 per line (-1 where not matched); a client text
  * longer than longest_ip bytes is the empty text (no IP is that long).
+ *
+ * lines(data, offsets, first, count, valid) -> bytes: which lines are of the grammar at all, the
+ * verdict RE2 gives LINE_PATTERN_RE2, in one walk per line (see access_line).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -179,7 +182,143 @@ done:
     return result;
 }
 
+/* The field characters of the prefix (accesslog._FIELD): neither ASCII whitespace nor '"'. */
+static int field_char(unsigned char c) {
+    return !(c == ' ' || c == '"' || c == '\t' || c == '\n' || c == '\v' || c == '\f' ||
+             c == '\r');
+}
+
+static int ascii_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* One field [p, p+n) of the prefix (a run of field characters) and the single space after it:
+ * the index past that space, or -1. A run of field characters ends only where the next byte is
+ * not one, so it is taken whole. */
+static Py_ssize_t field_then_space(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    Py_ssize_t i = at;
+    while (i < n && field_char(p[i]))
+        i++;
+    return (i > at && i < n && p[i] == ' ') ? i + 1 : -1;
+}
+
+/* accesslog.TIME_PATTERN over exactly 26 bytes: 22/Nov/2026:09:57:08 +0000. */
+static int time_text(const unsigned char *t) {
+    static const char shape[] = "dd/Ull/Nddd:dd:dd:dd Sdddd";
+    for (int i = 0; i < 26; i++) {
+        unsigned char c = t[i];
+        switch (shape[i]) {
+        case 'd': if (!ascii_digit(c)) return 0; break;
+        case 'N': if (c < '1' || c > '9') return 0; break;
+        case 'U': if (c < 'A' || c > 'Z') return 0; break;
+        case 'l': if (c < 'a' || c > 'z') return 0; break;
+        case 'S': if (c != '+' && c != '-') return 0; break;
+        default: if (c != (unsigned char)shape[i]) return 0;
+        }
+    }
+    return 1;
+}
+
+/* A quoted field's body from `at` (just past its opening '"'): runs of bytes that are neither '"'
+ * nor '\\', each '\\' escaping the one byte after it; the index past the closing '"', or -1.
+ * Byte by byte is the same language as RE2's code points here: every byte the grammar names is
+ * ASCII, and ASCII bytes never occur inside a UTF-8 sequence. */
+static Py_ssize_t quoted_body(const unsigned char *p, Py_ssize_t at, Py_ssize_t n) {
+    Py_ssize_t i = at;
+    while (i < n) {
+        /* memchr to the next '"' (vectorised); it closes the field unless a '\\' before it
+         * starts an escape, which is walked from the first '\\' on. */
+        const unsigned char *quote = memchr(p + i, '"', (size_t)(n - i));
+        if (!quote)
+            return -1;
+        Py_ssize_t q = quote - p;
+        const unsigned char *escape = memchr(p + i, '\\', (size_t)(q - i));
+        if (!escape)
+            return q + 1;
+        i = escape - p + 2; /* past the escape and the byte it escapes (a '"' or any other) */
+    }
+    return -1;
+}
+
+/* Whether the line is one of accesslog's grammar (LINE_PATTERN_RE2, a whole valid UTF-8 line):
+ * a deterministic walk, since every part of it ends where the next byte says. */
+static int access_line(const unsigned char *p, Py_ssize_t n) {
+    Py_ssize_t i = field_then_space(p, 0, n); /* $remote_addr */
+    if (i < 0 || (i = field_then_space(p, i, n)) < 0) /* the '-' before $remote_user */
+        return 0;
+    /* $remote_user runs (at least one byte, no '"') up to ' [' $time_local '] "', whose '"' is the
+     * line's first: nothing before it may hold one. */
+    const unsigned char *quote = memchr(p + i, '"', (size_t)(n - i));
+    if (!quote)
+        return 0;
+    Py_ssize_t q = quote - p;
+    if (q - i < 31 || p[q - 1] != ' ' || p[q - 2] != ']' || p[q - 29] != '[' || p[q - 30] != ' ' ||
+        !time_text(p + q - 28))
+        return 0;
+    if ((i = quoted_body(p, q + 1, n)) < 0) /* $request */
+        return 0;
+    if (i + 5 > n || p[i] != ' ' || !ascii_digit(p[i + 1]) || !ascii_digit(p[i + 2]) || !ascii_digit(p[i + 3]) ||
+        p[i + 4] != ' ')
+        return 0; /* ' ' $status ' ' */
+    i += 5;
+    if (i < n && p[i] == '-') { /* $body_bytes_sent */
+        i++;
+    } else {
+        Py_ssize_t d = i;
+        while (i < n && ascii_digit(p[i]))
+            i++;
+        if (i == d)
+            return 0;
+    }
+    for (int field = 0; field < 2; field++) { /* ' "' $http_referer '"', then the user agent */
+        if (i + 2 > n || p[i] != ' ' || p[i + 1] != '"' || (i = quoted_body(p, i + 2, n)) < 0)
+            return 0;
+    }
+    return i == n;
+}
+
+/* lines(data, offsets, first, count, valid) -> bytes: one byte per line, 1 where the line is one
+ * of the grammar; `valid` holds one byte per line, zero for a null or invalid UTF-8 line (never
+ * one). The same verdict as pyarrow's match_substring_regex with LINE_PATTERN_RE2, without RE2:
+ * tests/unit/formats/test_parse_parity.py holds the two line for line. */
+static PyObject *lines(PyObject *self, PyObject *args) {
+    Py_buffer data, offsets, valid;
+    Py_ssize_t first, count;
+    if (!PyArg_ParseTuple(args, "y*y*nny*", &data, &offsets, &first, &count, &valid))
+        return NULL;
+    PyObject *result = NULL;
+    if (first < 0 || count < 0 || (first + count + 1) * 4 > offsets.len || valid.len < count) {
+        PyErr_SetString(PyExc_ValueError, "offsets or valid too short for first + count");
+        goto done;
+    }
+    const int32_t *offs = (const int32_t *)offsets.buf + first;
+    const unsigned char *bytes = (const unsigned char *)data.buf;
+    const unsigned char *ok = (const unsigned char *)valid.buf;
+    if (count > 0 && (offs[count] > data.len || offs[0] < 0)) {
+        PyErr_SetString(PyExc_ValueError, "offsets beyond the data buffer");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, count);
+    if (!result)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t len = offs[i + 1] - offs[i];
+        if (len < 0) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_ValueError, "offsets decrease");
+            goto done;
+        }
+        out[i] = ok[i] ? (unsigned char)access_line(bytes + offs[i], len) : 0;
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&valid);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"lines", lines, METH_VARARGS,
+     "lines(data, offsets, first, count, valid) -> bytes: 1 per line of the access-log grammar"},
     {"scan", scan, METH_VARARGS,
      "scan(data, offsets, first, count, matched, longest_ip, time_length) -> "
      "(ip_index, ip_texts, time_index, time_texts)"},

@@ -41,8 +41,10 @@ __all__ = [
 # engines agree (explicit ASCII classes instead of \S and \d, which Python widens to Unicode;
 # `[\s\S]` instead of `.`, whose line terminators differ; an absolute end instead of `$`, which
 # Python also lets match before a final newline). IPs and times are decided by this module's
-# functions in both paths. A property test (tests/unit/formats/test_parse_parity.py) runs both
-# parsers over generated hostile lines.
+# functions in both paths. Where the compiled helper is built, the read tasks walk the same
+# grammar in C instead of RE2 (formats/_prefix_scan.c, `access_line`: a third spelling, for a
+# third of RE2's CPU). A property test (tests/unit/formats/test_parse_parity.py) runs every
+# parser over generated hostile lines and holds the C walk to RE2's verdict line for line.
 # A quoted field with backslash escapes, written "unrolled" (runs of plain characters, then one
 # escape at a time) rather than as the alternation (?:[^"\\]|\\.)*: the same language, matched
 # without a step per character by a backtracking engine such as Python's `re` (`LINE_PATTERN`):

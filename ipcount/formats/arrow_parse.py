@@ -205,15 +205,17 @@ class ChunkParser:
 
     The same truth as `accesslog.parse_record`, by construction: whether a line is one is the same
     grammar (`LINE_PATTERN_RE2`, RE2's spelling of `LINE_PATTERN`, matched by RE2's DFA without
-    captures, fast at any length), the client and `$time_local` are taken by position from the
+    captures, fast at any length; or walked by the compiled helper, which the parity tests hold
+    to RE2's verdict line for line), the client and `$time_local` are taken by position from the
     line's prefix (up to its first `"`: accesslog._prefix), and each *distinct* client IP and
     `$time_local` text of a chunk goes through the very functions the Python parser uses
     (`client_ip`, `parse_time_local`), so no second IP or time rule exists. A chunk of a Kafka
     partition holds few distinct seconds and IPs, so those Python calls are a small part of the
-    work; the per-line work (UTF-8 check, regexes) is Arrow's C++. No length limit: what the bytes
-    hold decides, never how many there are, and no content raises (every failure is a verdict
-    code with its reason). What it remembers is bounded: a client text longer than any IP is
-    rejected unseen, and the decided texts are bounded tables (`_Decided`).
+    work; the per-line work (UTF-8 check, grammar, cuts) is Arrow's C++ or the helper's C. No
+    length limit: what the bytes hold decides, never how many there are, and no content raises
+    (every failure is a verdict code with its reason). What it remembers is bounded: a client
+    text longer than any IP is rejected unseen, and the decided texts are bounded tables
+    (`_Decided`).
     """
 
     def __init__(self, native: bool = True) -> None:
@@ -248,7 +250,7 @@ class ChunkParser:
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         null, strings, utf8 = self._decode(values)
-        matched = self._match_lines(strings)
+        matched = self._match_lines(strings, utf8)
         if self._scan is not None:
             ip_code, times = self._scanned(strings, matched)
             ip_present = time_present = matched
@@ -267,9 +269,17 @@ class ChunkParser:
         utf8 = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         return null, strings, utf8
 
-    def _match_lines(self, strings: pa.Array) -> np.ndarray:
-        """The whole line against the grammar (a DFA, no captures)."""
-        return _mask(pc.match_substring_regex(strings, LINE_PATTERN_RE2))
+    def _match_lines(self, strings: pa.Array, utf8: np.ndarray) -> np.ndarray:
+        """The whole line against the grammar: the compiled helper's walk of each line where it
+        is built (the same verdict as RE2's, ~5x cheaper), else RE2's DFA (no captures)."""
+        if self._scan is None or _prefix_scan is None:
+            return _mask(pc.match_substring_regex(strings, LINE_PATTERN_RE2))
+        _, offsets, data = strings.buffers()
+        n = len(strings)
+        if data is None or n == 0:
+            return np.zeros(n, dtype=bool)
+        found = _prefix_scan.lines(data, offsets, strings.offset, n, utf8.view(np.uint8))
+        return np.frombuffer(found, dtype=np.uint8).astype(bool)
 
     def _prefix_fields(self, strings: pa.Array, matched: np.ndarray) -> tuple[pa.Array, pa.Array]:
         """The client and `$time_local` texts of the lines that matched (null elsewhere), by

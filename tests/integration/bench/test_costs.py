@@ -21,7 +21,7 @@ STEPS = (
     ".value() of each message",
     "Arrow binary array",
     "UTF-8 check",
-    "line regex",
+    "line grammar",
     "prefix capture",
     "IP canonicalisation",
     "time parse",

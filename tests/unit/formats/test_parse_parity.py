@@ -345,6 +345,79 @@ def test_a_chunk_that_is_a_slice_of_a_larger_array_parses_like_its_own_lines() -
         ]  # fmt: skip
 
 
+# Lines at the edges of the grammar's tail and prefix, each beside its verdict.
+GOOD = format_record("10.0.0.1", 1_700_000_000_000)
+EDGES = [
+    GOOD,
+    GOOD + "\n",  # a final newline: RE2's \z is the absolute end
+    GOOD[:-1],  # the user agent never closed
+    GOOD.replace('" 200 ', '" 20 '),  # a two-digit status
+    GOOD.replace('" 200 ', '" 2000 '),
+    GOOD.replace(" 200 ", "  200 "),
+    GOOD.replace('" "-" "', '" "-"  "'),
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 - "-" "-"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 -1 "-" "-"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 12 "-" "-\\"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "GET / HTTP/1.1" 200 12 "-" "-\\\\"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "GET /\\" 200 12 "-" "-"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "\\x16\\x03" 400 0 "-" "-"',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" "" ',
+    '1.2.3.4 -  [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',  # an empty $remote_user
+    '1.2.3.4 - [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4  - - [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4\t- - [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 -\u00a0- [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 - a"b [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 - evil] [01/Jan/2000 [22/Nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000]  "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +000] "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/nov/2026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/0026:09:57:08 +0000] "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 *0000] "x" 400 0 "" ""',
+    '1.2.3.4 - - [22/Nov/2026:09:57:08 +0000] "x\x00y" 400 0 "\u00e9" "\U0001f600"',
+    "",
+    '"',
+    '- - - [22/Nov/2026:09:57:08 +0000] "',
+]
+
+
+def _grammar_masks(batch: list[bytes | None]) -> tuple[list[bool], list[bool]]:
+    """Which lines are of the grammar: the compiled walk's verdict and RE2's, line for line."""
+    parser = ChunkParser()
+    if parser._scan is None:
+        pytest.skip(f"the prefix scan is {PREFIX_SCAN_MISSING}")
+    null, strings, utf8 = parser._decode(pa.array(batch, pa.binary()))
+    compiled = parser._match_lines(strings, utf8).tolist()
+    re2 = ChunkParser(native=False)._match_lines(strings, utf8).tolist()
+    return compiled, re2
+
+
+def test_the_compiled_grammar_walk_gives_re2s_verdict_at_the_edges() -> None:
+    batch: list[bytes | None] = [line.encode("utf-8") for line in EDGES] + [
+        None,
+        b"\xff" + GOOD.encode(),
+    ]
+    compiled, re2 = _grammar_masks(batch)
+    assert compiled == re2, [
+        (line, c, r) for line, c, r in zip(batch, compiled, re2, strict=True) if c != r
+    ]
+    assert re2[:3] == [True, False, False] and sum(re2) > 5
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=st.lists(drawn_lines(), max_size=8), seed=st.integers(0, 2**64 - 1))
+def test_the_compiled_grammar_walk_gives_re2s_verdict_on_every_generated_line(
+    drawn: list[bytes | None], seed: int
+) -> None:
+    seeded = _Seeded(random.Random(seed))
+    batch = drawn + [_line(seeded) for _ in range(200)]
+    compiled, re2 = _grammar_masks(batch)
+    assert compiled == re2, [
+        (line, c, r) for line, c, r in zip(batch, compiled, re2, strict=True) if c != r
+    ][:3]
+
+
 def test_the_compiled_prefix_scan_is_built_where_ci_runs() -> None:
     # Without it every test above compares the kernels with themselves: CI builds it (gcc).
     if os.environ.get("CI") == "true":

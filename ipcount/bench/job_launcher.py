@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ipcount.bench.memory import CoresBusy, MemoryPeaks, MemorySampler, cores_busy
-from ipcount.bench.report import Sustained, batch_records, data_batch_spans, sustained
+from ipcount.bench.report import (
+    Sustained,
+    batch_records,
+    data_batch_spans,
+    sustained,
+    warm,
+)
 from ipcount.bench.workspace import BenchEnv
 from ipcount.childproc import Child, spawn
 from ipcount.errors import IpcountError
@@ -76,6 +82,11 @@ class JobRun:
     def sustained(self) -> Sustained | None:
         """Steady-state throughput, the first data batch excluded (None: < 2 data batches)."""
         return sustained(self.result.get("events", []))
+
+    @property
+    def warm(self) -> Sustained | None:
+        """Throughput of the later half of the data batches (None: < 4 data batches)."""
+        return warm(self.result.get("events", []))
 
     def cores_busy(self, steady: bool) -> CoresBusy | None:
         """Mean cores busy on the machine while the counting query's data batches ran (steady:

@@ -20,6 +20,7 @@ __all__ = [
     "batch_records",
     "batch_end",
     "sustained",
+    "warm",
     "data_batch_spans",
     "phase_totals",
     "stage_totals",
@@ -139,6 +140,21 @@ def sustained(events: Iterable[dict[str, Any]]) -> Sustained | None:
     if seconds <= 0:
         return None
     return Sustained(sum(d.records for d in data[1:]), seconds, len(data) - 1)
+
+
+def warm(events: Iterable[dict[str, Any]]) -> Sustained | None:
+    """Warm events/s: the later half of the data batches alone, from the end of the batch before
+    them to the end of the last (None with fewer than four data batches). A run's batches get
+    faster for a while (the JVM compiles, Python workers start): `sustained` counts that warm-up
+    in, this leaves it out, as a job that runs all day does."""
+    data = _data_batches(events)
+    if len(data) < 4:
+        return None
+    first = len(data) - len(data) // 2  # the first warm batch: the last half, rounded down
+    seconds = data[-1].end - data[first - 1].end
+    if seconds <= 0:
+        return None
+    return Sustained(sum(d.records for d in data[first:]), seconds, len(data) - first)
 
 
 def data_batch_spans(events: Iterable[dict[str, Any]], steady: bool) -> list[tuple[float, float]]:

@@ -58,7 +58,8 @@ def _sustained(kinds: Any) -> None:
         description=f"The throughput benchmark with --records defaulting to "
         f"{SUSTAINED_RECORDS:,} and a batch reading at most {SUSTAINED_BATCH_RECORDS:,} of them "
         "(unless --set job.max_offsets_per_trigger=...), so the last line's "
-        "sustained_events_per_s= and cores_busy steady= cover several data batches. " + _FINAL,
+        "sustained_events_per_s= and cores_busy steady= cover several data batches (the report's "
+        "sustained line adds warm_events_per_s=: the later half of them alone). " + _FINAL,
     )  # fmt: skip
 
 

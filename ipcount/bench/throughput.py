@@ -15,13 +15,41 @@ if TYPE_CHECKING:  # the bench machinery is imported when a benchmark runs, not 
 __all__ = ["report_lines", "run_throughput"]
 
 
+def _sustained_line(fig: RunFigures) -> str:
+    """The steady-state line: sustained and warm events/s, launch -> visible, JVM CPU per 1M."""
+    job = fig.job
+    steady, warmed = job.sustained, job.warm
+    return (
+        f"bench: sustained_events_per_s={fmt_num(None if steady is None else steady.rate, 0)} "
+        f"launch_to_visible_s={fig.launch_to_visible_s:.1f} startup_s={job.startup_s:.1f} "
+        f"first_batch_s={fmt_num(job.first_batch_s)} "
+        f"jvm_cpu_s_per_1M={fmt_num(fig.jvm_cpu_per_1m)} "
+        f"warm_events_per_s={fmt_num(None if warmed is None else warmed.rate, 0)} ("
+        + (
+            f"sustained: {fig.phases.data_batches} data batch(es), needs 2 (more --records, or "
+            "`ipcount bench sustained`)"
+            if steady is None
+            else f"sustained: the {steady.batches} data batches after the first, "
+            f"{steady.records} records in {steady.seconds:.1f} s from its end to the last one's"
+        )
+        + (
+            "; warm: needs 4 data batches"
+            if warmed is None
+            else f"; warm: the last {warmed.batches} data batches, {warmed.records} records in "
+            f"{warmed.seconds:.1f} s from the end of the one before them (the JIT's and the "
+            "Python workers' warm-up left out)"
+        )
+        + "; launch_to_visible: job process launch -> every window committed, visible to "
+        "read_committed readers; jvm_cpu_s_per_1M: JVM CPU incl. start-up per 1M records)"
+    )
+
+
 def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
     """The lines printed before the final one: start-up, phases, stages, state, memory."""
     from ipcount.bench.memory import fmt_mb
 
     job, ph, st = fig.job, fig.phases, fig.stages
     first = job.first_batch_s
-    steady = job.sustained
     # The run's seconds outside the query's start-up and its batches: between them, and the stop.
     between = None if job.query_init_s is None else fig.seconds - job.query_init_s - ph.trigger
     lines = [
@@ -30,18 +58,7 @@ def report_lines(fig: RunFigures, verbose: bool = False) -> list[str]:
         f"batch done, incl. Python workers' start) batches={ph.batches} data_batches="
         f"{ph.data_batches} in_batch_events_per_s={ph.batch_rate:.0f} "
         f"stop_s={job.exited - job.result['run_ended']:.1f}",
-        f"bench: sustained_events_per_s={fmt_num(None if steady is None else steady.rate, 0)} "
-        f"launch_to_visible_s={fig.launch_to_visible_s:.1f} startup_s={job.startup_s:.1f} "
-        f"first_batch_s={fmt_num(first)} jvm_cpu_s_per_1M={fmt_num(fig.jvm_cpu_per_1m)} ("
-        + (
-            f"sustained: {ph.data_batches} data batch(es), needs 2 (more --records, or "
-            "`ipcount bench sustained`)"
-            if steady is None
-            else f"sustained: the {steady.batches} data batches after the first, "
-            f"{steady.records} records in {steady.seconds:.1f} s from its end to the last one's"
-        )
-        + "; launch_to_visible: job process launch -> every window committed, visible to "
-        "read_committed readers; jvm_cpu_s_per_1M: JVM CPU incl. start-up per 1M records)",
+        _sustained_line(fig),
         f"bench: S_split_s query_init={fmt_num(job.query_init_s)} (query start -> first batch "
         f"begins: preflight, Spark's Python data source processes, initial offsets) "
         f"batches={ph.trigger:.1f} (sum of triggerExecution) between_and_stop="

@@ -15,7 +15,7 @@ from ipcount.bench.job_launcher import JobRun
 from ipcount.bench.measure import RunFigures, final_line
 from ipcount.bench.memory import CpuSample, MemoryPeaks, cores_busy
 from ipcount.bench.options import sustained_overrides, validate
-from ipcount.bench.report import StageTotals, phase_totals, sustained
+from ipcount.bench.report import StageTotals, phase_totals, sustained, warm
 from ipcount.bench.scaling import Cell, _Row, format_table
 from ipcount.bench.throughput import report_lines
 from ipcount.cli import build_parser
@@ -138,6 +138,38 @@ def test_sustained_needs_two_data_batches() -> None:
     one = [batch(0, 0.0, 30_000, 1_000, 1_000), batch(1, 31.0, 1_500, 1, 0)]
     assert sustained(one) is None
     assert sustained([]) is None
+
+
+def warming_events() -> list[dict[str, Any]]:
+    """Nine data batches of 500,000 records that get faster as the JIT and the Python workers
+    warm up (3.0 s, then 0.2 s less each, down to 1.0 s), then a flush heartbeat."""
+    events: list[dict[str, Any]] = []
+    start = 0.0
+    for i, ms in enumerate([3000, 2800, 2600, 2400, 2000, 1000, 1000, 1000, 1000]):
+        events.append(batch(i, start, ms, 500_000, 500_000))
+        start += ms / 1000 + 0.5
+    events.append(batch(9, start, 500, 1, 0))
+    return events
+
+
+def test_warm_is_the_second_half_of_the_data_batches() -> None:
+    """A run's warm-up weighs on `sustained` (every data batch after the first); `warm` takes
+    the later half alone: batches 5-8 here, from the end of batch 4 to the end of batch 8."""
+    events = warming_events()
+    w = warm(events)
+    assert w is not None
+    assert (w.records, w.batches) == (2_000_000, 4)
+    # Each warm batch: 0.5 s between batches + 1.0 s of trigger.
+    assert w.seconds == pytest.approx(6.0)
+    s = sustained(events)
+    assert s is not None and s.rate < w.rate
+
+
+def test_warm_needs_four_data_batches() -> None:
+    three = warming_events()[:3]
+    assert sustained(three) is not None
+    assert warm(three) is None
+    assert warm(warming_events()[:4]) is not None
 
 
 def test_a_single_unobserved_row_is_a_heartbeat_not_a_data_batch() -> None:
@@ -263,9 +295,18 @@ def test_report_lines_print_sustained_launch_to_visible_and_jvm_cpu_per_1m() -> 
     assert len(steady) == 1, lines
     assert steady[0].startswith(
         "bench: sustained_events_per_s=33333 launch_to_visible_s=85.0 startup_s=17.1 "
-        "first_batch_s=35.2 jvm_cpu_s_per_1M=32.0 ("
+        "first_batch_s=35.2 jvm_cpu_s_per_1M=32.0 warm_events_per_s=- ("
     ), steady[0]
     assert "750000 records in 22.5 s" in steady[0]
+    # Three data batches are too few to tell a warm half.
+    assert " warm_events_per_s=- " in steady[0], steady[0]
+
+
+def test_report_lines_print_the_warm_rate_beside_the_sustained_one() -> None:
+    lines = report_lines(figures(warming_events(), records=4_500_000))
+    steady = next(line for line in lines if line.startswith("bench: sustained_events_per_s="))
+    assert " warm_events_per_s=333333 (" in steady, steady
+    assert "warm: the last 4 data batches, 2000000 records in 6.0 s" in steady, steady
     # The figures already printed keep their lines.
     assert lines[0].startswith("bench: startup_s=17.1 "), lines[0]
     assert any(line.startswith("bench: cpu_s jvm=40.0 ") for line in lines)

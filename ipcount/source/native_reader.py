@@ -142,7 +142,7 @@ def check_read_path(mode: str) -> str:
         if PREFIX_SCAN_MISSING is None
         else f"Arrow's kernels (the prefix scan is {PREFIX_SCAN_MISSING})"
     )
-    return f"{reader}, cutting clients and times with {scan}"
+    return f"{reader}, checking lines and cutting clients and times with {scan}"
 
 
 def read_values(

@@ -116,6 +116,23 @@ static int32_t table_index(table_t *t, const char *p, Py_ssize_t n) {
     return index;
 }
 
+/* The offsets of lines [first, first + count) of an Arrow string array's buffers, checked against
+ * the data they index and against `per_line` (one byte per line); NULL with ValueError set. */
+static const int32_t *line_offsets(const Py_buffer *data, const Py_buffer *offsets,
+                                   Py_ssize_t first, Py_ssize_t count, const Py_buffer *per_line) {
+    if (first < 0 || count < 0 || (first + count + 1) * 4 > offsets->len ||
+        per_line->len < count) {
+        PyErr_SetString(PyExc_ValueError, "offsets or per-line bytes too short for first + count");
+        return NULL;
+    }
+    const int32_t *offs = (const int32_t *)offsets->buf + first;
+    if (offs[count] > data->len || offs[0] < 0) {
+        PyErr_SetString(PyExc_ValueError, "offsets beyond the data buffer");
+        return NULL;
+    }
+    return offs;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer data, offsets, matched;
     Py_ssize_t first, count, longest_ip, time_length;
@@ -124,17 +141,11 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *ip_index = NULL, *time_index = NULL;
     table_t ips = {0}, times = {0};
-    if (first < 0 || count < 0 || (first + count + 1) * 4 > offsets.len || matched.len < count) {
-        PyErr_SetString(PyExc_ValueError, "offsets or matched too short for first + count");
+    const int32_t *offs = line_offsets(&data, &offsets, first, count, &matched);
+    if (!offs)
         goto done;
-    }
-    const int32_t *offs = (const int32_t *)offsets.buf + first;
     const char *bytes = (const char *)data.buf;
     const unsigned char *ok = (const unsigned char *)matched.buf;
-    if (offs[count] > data.len || offs[0] < 0) {
-        PyErr_SetString(PyExc_ValueError, "offsets beyond the data buffer");
-        goto done;
-    }
     ip_index = PyBytes_FromStringAndSize(NULL, count * 4);
     time_index = PyBytes_FromStringAndSize(NULL, count * 4);
     if (!ip_index || !time_index || table_init(&ips, 4096) < 0 || table_init(&times, 256) < 0) {
@@ -287,17 +298,11 @@ static PyObject *lines(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*nny*", &data, &offsets, &first, &count, &valid))
         return NULL;
     PyObject *result = NULL;
-    if (first < 0 || count < 0 || (first + count + 1) * 4 > offsets.len || valid.len < count) {
-        PyErr_SetString(PyExc_ValueError, "offsets or valid too short for first + count");
+    const int32_t *offs = line_offsets(&data, &offsets, first, count, &valid);
+    if (!offs)
         goto done;
-    }
-    const int32_t *offs = (const int32_t *)offsets.buf + first;
     const unsigned char *bytes = (const unsigned char *)data.buf;
     const unsigned char *ok = (const unsigned char *)valid.buf;
-    if (count > 0 && (offs[count] > data.len || offs[0] < 0)) {
-        PyErr_SetString(PyExc_ValueError, "offsets beyond the data buffer");
-        goto done;
-    }
     result = PyBytes_FromStringAndSize(NULL, count);
     if (!result)
         goto done;
@@ -329,7 +334,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_prefix_scan",
-    "The client and $time_local texts of a chunk's matched lines, each distinct text once", -1,
+    "Which of a chunk's lines are access lines, and their client and $time_local texts", -1,
     module_methods,
 };
 

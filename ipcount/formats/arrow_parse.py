@@ -223,8 +223,10 @@ class ChunkParser:
         self._ip_codes = _Decided()
         self._canonical: dict[str, int] = {}
         self.ips: list[str] = []
-        # Cut and group the prefix texts with the compiled helper where it is built.
-        self._scan = _prefix_scan.scan if native and _prefix_scan is not None else None
+        # Check the lines, cut and group the prefix texts with the compiled helper where built.
+        helper = _prefix_scan if native else None
+        self._lines = None if helper is None else helper.lines
+        self._scan = None if helper is None else helper.scan
 
     def _time_ms(self, text: str) -> int:
         try:
@@ -272,13 +274,13 @@ class ChunkParser:
     def _match_lines(self, strings: pa.Array, utf8: np.ndarray) -> np.ndarray:
         """The whole line against the grammar: the compiled helper's walk of each line where it
         is built (the same verdict as RE2's, ~5x cheaper), else RE2's DFA (no captures)."""
-        if self._scan is None or _prefix_scan is None:
+        if self._lines is None:
             return _mask(pc.match_substring_regex(strings, LINE_PATTERN_RE2))
         _, offsets, data = strings.buffers()
         n = len(strings)
         if data is None or n == 0:
             return np.zeros(n, dtype=bool)
-        found = _prefix_scan.lines(data, offsets, strings.offset, n, utf8.view(np.uint8))
+        found = self._lines(data, offsets, strings.offset, n, utf8.view(np.uint8))
         return np.frombuffer(found, dtype=np.uint8).astype(bool)
 
     def _prefix_fields(self, strings: pa.Array, matched: np.ndarray) -> tuple[pa.Array, pa.Array]:

@@ -391,9 +391,9 @@ EDGES = [
 def _grammar_masks(batch: list[bytes | None]) -> tuple[list[bool], list[bool]]:
     """Which lines are of the grammar: the compiled walk's verdict and RE2's, line for line."""
     parser = ChunkParser()
-    if parser._scan is None:
+    if parser._lines is None:
         pytest.skip(f"the prefix scan is {PREFIX_SCAN_MISSING}")
-    null, strings, utf8 = parser._decode(pa.array(batch, pa.binary()))
+    _, strings, utf8 = parser._decode(pa.array(batch, pa.binary()))
     compiled = parser._match_lines(strings, utf8).tolist()
     re2 = ChunkParser(native=False)._match_lines(strings, utf8).tolist()
     return compiled, re2
